@@ -1,0 +1,109 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "parley",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "parley", targets: ["parley"]),
+        .executable(name: "upstream-simulator", targets: ["UpstreamSimulatorCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.80.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.0.0"),
+    ],
+    targets: [
+        // C libraries, each behind a prefixed shim header.
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+
+        .target(name: "ParleyCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        .target(
+            name: "Conversation",
+            dependencies: [.product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "CurlTransport",
+            dependencies: ["CCurl", "Conversation", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "Store",
+            dependencies: [
+                "CPostgres", "ParleyCrypto",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "AuthFlows",
+            dependencies: ["Conversation", "ParleyCrypto", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ParleyServer",
+            dependencies: [
+                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "parley", dependencies: ["ParleyServer"], swiftSettings: swiftSettings),
+
+        .target(
+            name: "UpstreamSimulator",
+            dependencies: [
+                "ParleyCrypto",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "UpstreamSimulatorCLI", dependencies: ["UpstreamSimulator"], swiftSettings: swiftSettings),
+
+        .target(
+            name: "ParleyTesting",
+            dependencies: [
+                "Conversation", "Store", "ParleyCrypto",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+
+        .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ConversationTests",
+            dependencies: ["Conversation", "AuthFlows", "ParleyTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "CurlTransportTests",
+            dependencies: ["CurlTransport", "Conversation", "ParleyTesting", "UpstreamSimulator", "ParleyCrypto"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "ParleyServerTests",
+            dependencies: [
+                "ParleyServer", "ParleyTesting", "UpstreamSimulator",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

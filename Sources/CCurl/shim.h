@@ -1,0 +1,33 @@
+#ifndef PARLEY_CCURL_SHIM_H
+#define PARLEY_CCURL_SHIM_H
+#include <curl/curl.h>
+
+/* curl_easy_setopt, curl_easy_getinfo and curl_multi_setopt are variadic:
+   Swift cannot call them, so each argument type gets a typed wrapper. */
+
+typedef size_t (*c_parley_curl_data_cb)(char *ptr, size_t size, size_t nmemb, void *userdata);
+typedef int (*c_parley_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                                         curl_off_t ultotal, curl_off_t ulnow);
+
+static inline CURLcode c_parley_easy_setopt_long(CURL *h, CURLoption o, long v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_off(CURL *h, CURLoption o, curl_off_t v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_string(CURL *h, CURLoption o, const char *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_pointer(CURL *h, CURLoption o, void *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_slist(CURL *h, CURLoption o, struct curl_slist *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_blob(CURL *h, CURLoption o, struct curl_blob *v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_data_cb(CURL *h, CURLoption o, c_parley_curl_data_cb v) { return curl_easy_setopt(h, o, v); }
+static inline CURLcode c_parley_easy_setopt_xferinfo_cb(CURL *h, CURLoption o, c_parley_curl_xferinfo_cb v) { return curl_easy_setopt(h, o, v); }
+
+static inline CURLcode c_parley_easy_getinfo_long(CURL *h, CURLINFO i, long *v) { return curl_easy_getinfo(h, i, v); }
+static inline CURLcode c_parley_easy_getinfo_off(CURL *h, CURLINFO i, curl_off_t *v) { return curl_easy_getinfo(h, i, v); }
+static inline CURLcode c_parley_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
+
+static inline CURLMcode c_parley_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
+
+/* Constants that are macros Swift cannot import. */
+static inline size_t c_parley_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
+static inline size_t c_parley_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
+static inline size_t c_parley_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
+static inline int c_parley_pause_cont(void) { return CURLPAUSE_CONT; }
+
+#endif

@@ -1,0 +1,5 @@
+#ifndef PARLEY_CPOSTGRES_SHIM_H
+#define PARLEY_CPOSTGRES_SHIM_H
+#include <libpq-fe.h>
+#include <poll.h>
+#endif

@@ -1,0 +1,240 @@
+/// HTTP values the conversation engine works with. They carry no I/O: a
+/// `Transport` turns an `UpstreamRequest` into an `UpstreamResponse`.
+
+/// Ordered header fields with case-insensitive names. Values never contain CR or LF:
+/// `append` and `set` refuse them, so a header cannot smuggle another one.
+public struct HeaderFields: Sendable, Sequence, Equatable, ExpressibleByDictionaryLiteral {
+    public struct Field: Sendable, Equatable {
+        public let name: String
+        public let value: String
+    }
+
+    private var fields: [Field] = []
+
+    public init() {}
+
+    public init(dictionaryLiteral elements: (String, String)...) {
+        for (name, value) in elements { append(name, value) }
+    }
+
+    public init(_ pairs: [(String, String)]) {
+        for (name, value) in pairs { append(name, value) }
+    }
+
+    public static func isSafe(name: String, value: String) -> Bool {
+        guard !name.isEmpty else { return false }
+        for u in name.utf8 where u <= 0x20 || u >= 0x7F || u == UInt8(ascii: ":") { return false }
+        for u in value.utf8 where u == 0x0D || u == 0x0A || u == 0x00 { return false }
+        return true
+    }
+
+    /// Appends a field; unsafe names or values (CR, LF, NUL) are dropped.
+    public mutating func append(_ name: String, _ value: String) {
+        guard Self.isSafe(name: name, value: value) else { return }
+        fields.append(Field(name: name, value: value))
+    }
+
+    /// Replaces every field with this name by one field.
+    public mutating func set(_ name: String, _ value: String) {
+        remove(name)
+        append(name, value)
+    }
+
+    public mutating func remove(_ name: String) {
+        fields.removeAll { Self.same($0.name, name) }
+    }
+
+    public mutating func removeAll(where predicate: (Field) -> Bool) {
+        fields.removeAll(where: predicate)
+    }
+
+    public subscript(_ name: String) -> String? {
+        fields.first { Self.same($0.name, name) }?.value
+    }
+
+    public func values(_ name: String) -> [String] {
+        fields.filter { Self.same($0.name, name) }.map(\.value)
+    }
+
+    public func contains(_ name: String) -> Bool { self[name] != nil }
+
+    public var count: Int { fields.count }
+
+    public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
+
+    static func same(_ a: String, _ b: String) -> Bool {
+        a.utf8.count == b.utf8.count && a.lowercased() == b.lowercased()
+    }
+}
+
+/// A request body that can be sent more than once: a restart (challenge, refresh,
+/// CSRF retry) replays it from memory or from its spool file.
+public enum RequestBody: Sendable, Equatable {
+    case empty
+    case bytes([UInt8])
+    /// A spool file owned by whoever created it; `length` is its size in bytes.
+    case file(path: String, length: Int64)
+
+    public var length: Int64 {
+        switch self {
+        case .empty: 0
+        case .bytes(let b): Int64(b.count)
+        case .file(_, let length): length
+        }
+    }
+}
+
+/// TLS material for one upstream call. Verification of the server is always on.
+public struct TLSOptions: Sendable, Equatable {
+    /// PKCS#12 bundle presented when the server asks for a client certificate.
+    public var clientPKCS12: [UInt8]?
+    public var clientPKCS12Password: String?
+    /// Extra trust anchors (PEM) in addition to the system store.
+    public var caPEM: [UInt8]?
+
+    public init(clientPKCS12: [UInt8]? = nil, clientPKCS12Password: String? = nil, caPEM: [UInt8]? = nil) {
+        self.clientPKCS12 = clientPKCS12
+        self.clientPKCS12Password = clientPKCS12Password
+        self.caPEM = caPEM
+    }
+}
+
+/// Time limits for one upstream call.
+public struct Timeouts: Sendable, Equatable {
+    public var connect: Duration
+    /// The whole exchange, headers and body; nil for none (large streams).
+    public var total: Duration?
+    /// No byte moved in either direction for this long ends the call.
+    public var idle: Duration
+
+    public init(connect: Duration = .seconds(5), total: Duration? = nil, idle: Duration = .seconds(30)) {
+        self.connect = connect
+        self.total = total
+        self.idle = idle
+    }
+}
+
+public struct UpstreamRequest: Sendable {
+    public var method: String
+    /// Absolute http(s) URL, already checked against the destination by the caller.
+    public var url: String
+    public var headers: HeaderFields
+    public var body: RequestBody
+    public var tls: TLSOptions
+    public var timeouts: Timeouts
+
+    public init(
+        method: String, url: String, headers: HeaderFields = [:], body: RequestBody = .empty,
+        tls: TLSOptions = TLSOptions(), timeouts: Timeouts = Timeouts()
+    ) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.tls = tls
+        self.timeouts = timeouts
+    }
+}
+
+/// Where a response body's bytes come from. Implementations apply back-pressure:
+/// `next()` suspends until bytes are there, and a source never buffers without bound.
+public protocol ResponseBodySource: AnyObject, Sendable {
+    /// The next chunk, or nil at the end. Throws `TransportError` on failure.
+    func next() async throws -> [UInt8]?
+    /// The reader is gone: stop the transfer and free what it holds. Idempotent.
+    func cancel()
+}
+
+/// A response body, read once, as a stream of byte chunks.
+public struct ResponseBody: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+    let source: any ResponseBodySource
+
+    public init(source: any ResponseBodySource) { self.source = source }
+
+    public static var empty: ResponseBody { .bytes([]) }
+
+    public static func bytes(_ bytes: [UInt8]) -> ResponseBody {
+        ResponseBody(source: BytesBodySource(bytes))
+    }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let source: any ResponseBodySource
+        public mutating func next() async throws -> [UInt8]? { try await source.next() }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(source: source) }
+
+    /// Reads the whole body, refusing more than `limit` bytes.
+    public func collect(upTo limit: Int) async throws -> [UInt8] {
+        var out: [UInt8] = []
+        while let chunk = try await source.next() {
+            guard out.count + chunk.count <= limit else {
+                source.cancel()
+                throw TransportError(.bodyTooLarge, detail: "response body over \(limit) bytes")
+            }
+            out.append(contentsOf: chunk)
+        }
+        return out
+    }
+
+    /// The body will not be read: stop its transfer.
+    public func discard() { source.cancel() }
+}
+
+final class BytesBodySource: ResponseBodySource, @unchecked Sendable {
+    // Only touched by the single reader of the body, as ResponseBody promises.
+    private var bytes: [UInt8]?
+    init(_ bytes: [UInt8]) { self.bytes = bytes.isEmpty ? nil : bytes }
+    func next() async throws -> [UInt8]? {
+        defer { bytes = nil }
+        return bytes
+    }
+    func cancel() {}
+}
+
+public struct UpstreamResponse: Sendable {
+    public var status: Int
+    public var headers: HeaderFields
+    public var body: ResponseBody
+
+    public init(status: Int, headers: HeaderFields = [:], body: ResponseBody = .empty) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Why an upstream call failed. `description` names the kind and host, never a
+/// header, body or credential.
+public struct TransportError: Error, Sendable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        /// Could not connect, TLS failed, connection reset: `502 upstream_unavailable`.
+        case unavailable
+        /// Connect, idle or total time limit reached: `504 upstream_timeout`.
+        case timeout
+        /// The caller went away.
+        case cancelled
+        /// The request could not be expressed (bad URL, bad client certificate).
+        case invalidRequest
+        /// A body was larger than the reader allows.
+        case bodyTooLarge
+    }
+
+    public let code: Code
+    /// Safe for logs and problem details: no secrets.
+    public let detail: String
+
+    public init(_ code: Code, detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+
+    public var description: String { "TransportError(\(code)): \(detail)" }
+}
+
+/// Sends one HTTP exchange. Implementations return as soon as the response head
+/// is known; the body streams afterwards. They never follow redirects.
+public protocol Transport: Sendable {
+    func send(_ request: UpstreamRequest) async throws -> UpstreamResponse
+}
