@@ -30,4 +30,13 @@ static inline size_t c_parley_readfunc_pause(void) { return CURL_READFUNC_PAUSE;
 static inline size_t c_parley_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 static inline int c_parley_pause_cont(void) { return CURLPAUSE_CONT; }
 
+/* Added for CurlTransport: seek callback, blob flag, message result, seek results. */
+typedef int (*c_parley_curl_seek_cb)(void *userdata, curl_off_t offset, int origin);
+static inline CURLcode c_parley_easy_setopt_seek_cb(CURL *h, CURLoption o, c_parley_curl_seek_cb v) { return curl_easy_setopt(h, o, v); }
+static inline unsigned int c_parley_blob_copy(void) { return CURL_BLOB_COPY; }
+static inline CURLcode c_parley_msg_result(const CURLMsg *m) { return m->data.result; }
+static inline int c_parley_seekfunc_ok(void) { return CURL_SEEKFUNC_OK; }
+static inline int c_parley_seekfunc_fail(void) { return CURL_SEEKFUNC_FAIL; }
+static inline long c_parley_global_all(void) { return CURL_GLOBAL_ALL; }
+
 #endif

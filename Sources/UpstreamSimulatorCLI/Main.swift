@@ -1,1 +1,49 @@
-@main struct Main { static func main() async throws {} }
+import Foundation
+import Logging
+import UpstreamSimulator
+
+/// `upstream-simulator [--host H] [--port P]`: prints one line once bound, stops on SIGTERM/SIGINT.
+@main struct Main {
+    static func main() async throws {
+        var host = "127.0.0.1"
+        var port = 8081
+        var arguments = CommandLine.arguments.dropFirst()
+        while let argument = arguments.popFirst() {
+            switch argument {
+            case "--host":
+                guard let value = arguments.popFirst() else { usage("--host needs a value") }
+                host = value
+            case "--port":
+                guard let value = arguments.popFirst(), let number = Int(value), (0...65535).contains(number) else {
+                    usage("--port needs a number in 0...65535")
+                }
+                port = number
+            case "-h", "--help":
+                usage(nil)
+            default:
+                usage("unknown argument \(argument)")
+            }
+        }
+
+        var logger = Logger(label: "upstream-simulator")
+        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .notice
+        let state = SimulatorState()
+        let app = buildSimulator(configuration: .init(), state: state, host: host, port: port, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await runSimulator(app, state: state, stopOnSignals: true)
+            }
+            if let bound = await state.boundPort() {
+                // One line, written straight to fd 1 so it is never stuck in a buffer.
+                FileHandle.standardOutput.write(Data("upstream-simulator listening on http://\(host):\(bound)\n".utf8))
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    static func usage(_ problem: String?) -> Never {
+        if let problem { FileHandle.standardError.write(Data("upstream-simulator: \(problem)\n".utf8)) }
+        print("usage: upstream-simulator [--host H] [--port P]")
+        exit(problem == nil ? 0 : 64)
+    }
+}

@@ -1,0 +1,290 @@
+internal import CCurl
+import Conversation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#else
+import Darwin
+#endif
+
+/// One easy handle and everything it points at (header list, upload source). Created,
+/// used and released on the multi thread only; `MultiLoop` is its single owner and calls
+/// `release()` exactly once, after `curl_multi_remove_handle`.
+final class EasyTransfer {
+    let handle: UnsafeMutableRawPointer
+    let state: TransferState
+    let request: PreparedRequest
+    private let logger: Logger
+
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var uploadBytes: [UInt8] = []
+    private var uploadOffset = 0
+    private var uploadFD: Int32 = -1
+    private var released = false
+
+    // Response head as it arrives, one header block at a time (1xx blocks are dropped).
+    private var status: Int?
+    private var fields: [(name: String, value: String)] = []
+    private(set) var headDelivered = false
+
+    /// Creates and configures the easy handle; on failure nothing is left allocated.
+    static func make(
+        request: PreparedRequest, state: TransferState, configuration: CurlTransport.Configuration, logger: Logger
+    ) throws(TransportError) -> EasyTransfer {
+        guard let handle = curl_easy_init() else {
+            throw TransportError(.unavailable, detail: "\(request.host): curl_easy_init failed")
+        }
+        let transfer = EasyTransfer(handle: handle, state: state, request: request, logger: logger)
+        do {
+            try transfer.configure(configuration)
+        } catch {
+            transfer.release()
+            throw error
+        }
+        return transfer
+    }
+
+    private init(handle: UnsafeMutableRawPointer, state: TransferState, request: PreparedRequest, logger: Logger) {
+        self.handle = handle
+        self.state = state
+        self.request = request
+        self.logger = logger
+    }
+
+    deinit {
+        precondition(released, "EasyTransfer dropped without release()")
+    }
+
+    /// Frees the easy handle, then what it referenced. Idempotent.
+    func release() {
+        guard !released else { return }
+        released = true
+        curl_easy_cleanup(handle)
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+        if uploadFD >= 0 {
+            _ = close(uploadFD)
+            uploadFD = -1
+        }
+    }
+
+    // MARK: Options
+
+    private func check(_ code: CURLcode, _ what: String) throws(TransportError) {
+        guard code == CURLE_OK else {
+            throw CurlErrors.error(for: code, host: request.host, during: what)
+        }
+    }
+
+    private func configure(_ configuration: CurlTransport.Configuration) throws(TransportError) {
+        let h = handle
+        let me = Unmanaged.passUnretained(self).toOpaque()
+
+        try check(c_parley_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        try check(c_parley_easy_setopt_string(h, CURLOPT_URL, request.url), "URL")
+        try check(c_parley_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https"), "PROTOCOLS_STR")
+        try check(c_parley_easy_setopt_string(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"), "REDIR_PROTOCOLS_STR")
+        try check(c_parley_easy_setopt_long(h, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
+        // The path goes out as the caller wrote it: no "/../" squashing.
+        try check(c_parley_easy_setopt_long(h, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        if !configuration.useEnvironmentProxy {
+            try check(c_parley_easy_setopt_string(h, CURLOPT_PROXY, ""), "PROXY")
+        }
+        try check(c_parley_easy_setopt_long(h, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1), "SUPPRESS_CONNECT_HEADERS")
+
+        // TLS: the server is always verified.
+        try check(c_parley_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
+        try check(c_parley_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
+        if let ca = request.tls.caPEM {
+            try setBlob(CURLOPT_CAINFO_BLOB, ca, "CAINFO_BLOB")
+        }
+        if let p12 = request.tls.clientPKCS12 {
+            try setBlob(CURLOPT_SSLCERT_BLOB, p12, "SSLCERT_BLOB")
+            try check(c_parley_easy_setopt_string(h, CURLOPT_SSLCERTTYPE, "P12"), "SSLCERTTYPE")
+            if let password = request.tls.clientPKCS12Password {
+                try check(c_parley_easy_setopt_string(h, CURLOPT_KEYPASSWD, password), "KEYPASSWD")
+            }
+        }
+
+        // Time limits.
+        let timeouts = request.timeouts
+        try check(c_parley_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(timeouts.connect)), "CONNECTTIMEOUT_MS")
+        if let total = timeouts.total {
+            try check(c_parley_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Self.milliseconds(total)), "TIMEOUT_MS")
+        }
+        // Idle: under 1 byte/s for LOW_SPEED_TIME seconds (whole seconds, at least 1).
+        try check(c_parley_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
+        try check(c_parley_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, Self.wholeSeconds(timeouts.idle)), "LOW_SPEED_TIME")
+
+        // Headers.
+        for line in request.headerLines {
+            guard let list = curl_slist_append(headerList, line) else {
+                throw TransportError(.unavailable, detail: "\(request.host): out of memory for headers")
+            }
+            headerList = list
+        }
+        try check(c_parley_easy_setopt_slist(h, CURLOPT_HTTPHEADER, headerList), "HTTPHEADER")
+
+        // Response callbacks.
+        try check(c_parley_easy_setopt_pointer(h, CURLOPT_HEADERDATA, me), "HEADERDATA")
+        try check(
+            c_parley_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION) { pointer, size, count, userdata in
+                let transfer = Unmanaged<EasyTransfer>.fromOpaque(userdata!).takeUnretainedValue()
+                transfer.receiveHeaderLine(UnsafeRawBufferPointer(start: pointer, count: size * count))
+                return size * count
+            }, "HEADERFUNCTION")
+        try check(c_parley_easy_setopt_pointer(h, CURLOPT_WRITEDATA, me), "WRITEDATA")
+        try check(
+            c_parley_easy_setopt_data_cb(h, CURLOPT_WRITEFUNCTION) { pointer, size, count, userdata in
+                let transfer = Unmanaged<EasyTransfer>.fromOpaque(userdata!).takeUnretainedValue()
+                return transfer.receiveBody(UnsafeRawBufferPointer(start: pointer, count: size * count))
+            }, "WRITEFUNCTION")
+
+        // Method and request body.
+        if request.isHead {
+            try check(c_parley_easy_setopt_long(h, CURLOPT_NOBODY, 1), "NOBODY")
+            return
+        }
+        try check(c_parley_easy_setopt_string(h, CURLOPT_CUSTOMREQUEST, request.method), "CUSTOMREQUEST")
+        guard request.hasBody else { return }
+        switch request.body {
+        case .empty:
+            break
+        case .bytes(let bytes):
+            uploadBytes = bytes
+        case .file(let path, _):
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw TransportError(.invalidRequest, detail: "\(request.host): request body file cannot be opened")
+            }
+            uploadFD = fd
+        }
+        try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
+        try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length)), "INFILESIZE_LARGE")
+        try check(c_parley_easy_setopt_pointer(h, CURLOPT_READDATA, me), "READDATA")
+        try check(
+            c_parley_easy_setopt_data_cb(h, CURLOPT_READFUNCTION) { pointer, size, count, userdata in
+                let transfer = Unmanaged<EasyTransfer>.fromOpaque(userdata!).takeUnretainedValue()
+                return transfer.sendBody(into: UnsafeMutableRawBufferPointer(start: pointer, count: size * count))
+            }, "READFUNCTION")
+        // Lets curl rewind the body when it resends on a fresh connection.
+        try check(c_parley_easy_setopt_pointer(h, CURLOPT_SEEKDATA, me), "SEEKDATA")
+        try check(
+            c_parley_easy_setopt_seek_cb(h, CURLOPT_SEEKFUNCTION) { userdata, offset, origin in
+                let transfer = Unmanaged<EasyTransfer>.fromOpaque(userdata!).takeUnretainedValue()
+                return transfer.seekBody(to: offset, origin: origin)
+            }, "SEEKFUNCTION")
+    }
+
+    private func setBlob(_ option: CURLoption, _ bytes: [UInt8], _ what: String) throws(TransportError) {
+        // CURL_BLOB_COPY: curl keeps its own copy, nothing here must outlive the call.
+        let code = bytes.withUnsafeBytes { raw -> CURLcode in
+            var blob = curl_blob(data: UnsafeMutableRawPointer(mutating: raw.baseAddress), len: raw.count, flags: c_parley_blob_copy())
+            return c_parley_easy_setopt_blob(handle, option, &blob)
+        }
+        try check(code, what)
+    }
+
+    static func milliseconds(_ d: Duration) -> Int {
+        let (seconds, attoseconds) = d.components
+        let ms = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int(max(1, ms))
+    }
+
+    static func wholeSeconds(_ d: Duration) -> Int {
+        let (seconds, attoseconds) = d.components
+        return Int(max(1, seconds + (attoseconds > 0 ? 1 : 0)))
+    }
+
+    // MARK: Callbacks (multi thread, inside curl calls)
+
+    private func receiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
+        if headDelivered { return }  // trailers after a chunked body: not part of the head
+        var end = raw.count
+        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
+        if end == 0 {
+            // End of a header block: 1xx blocks are interim, the next one is final.
+            if let status, !(100..<200).contains(status) {
+                deliverHead()
+            } else {
+                status = nil
+                fields = []
+            }
+            return
+        }
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<end]), as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+            status = parts.count >= 2 ? Int(parts[1]) : nil
+            fields = []
+        } else if line.first == " " || line.first == "\t" {
+            // Obsolete line folding: continues the previous value.
+            if !fields.isEmpty {
+                fields[fields.count - 1].value += " " + Self.trimmed(Substring(line))
+            }
+        } else if let colon = line.firstIndex(of: ":") {
+            fields.append((String(line[..<colon]), Self.trimmed(line[line.index(after: colon)...])))
+        }
+    }
+
+    private static func trimmed(_ s: Substring) -> String {
+        var s = s
+        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
+        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
+        return String(s)
+    }
+
+    private func deliverHead() {
+        guard let status else { return }
+        headDelivered = true
+        var headers = HeaderFields()
+        for field in fields { headers.append(field.name, field.value) }
+        fields = []
+        logger.debug(
+            "upstream response head",
+            metadata: ["upstream.host": "\(request.host)", "http.status": "\(status)", "transfer.id": "\(state.id)"]
+        )
+        let body = ResponseBody(source: CurlBodySource(state: state))
+        state.deliverHead(UpstreamResponse(status: status, headers: headers, body: body))
+    }
+
+    private func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Int {
+        if !headDelivered { deliverHead() }
+        switch state.offer(bytes) {
+        case .accepted: return bytes.count
+        case .pause: return c_parley_writefunc_pause()
+        case .abort: return 0  // curl ends the transfer with CURLE_WRITE_ERROR
+        }
+    }
+
+    private func sendBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        if uploadFD >= 0 {
+            while true {
+                let n = read(uploadFD, base, buffer.count)
+                if n >= 0 { return n }
+                if errno != EINTR { return c_parley_readfunc_abort() }
+            }
+        }
+        let n = min(buffer.count, uploadBytes.count - uploadOffset)
+        if n > 0 {
+            uploadBytes.withUnsafeBytes { source in
+                base.copyMemory(from: source.baseAddress! + uploadOffset, byteCount: n)
+            }
+            uploadOffset += n
+        }
+        return n
+    }
+
+    private func seekBody(to offset: curl_off_t, origin: Int32) -> Int32 {
+        guard origin == SEEK_SET, offset >= 0, Int64(offset) <= request.body.length else { return c_parley_seekfunc_fail() }
+        if uploadFD >= 0 {
+            return lseek(uploadFD, off_t(offset), SEEK_SET) < 0 ? c_parley_seekfunc_fail() : c_parley_seekfunc_ok()
+        }
+        uploadOffset = Int(offset)
+        return c_parley_seekfunc_ok()
+    }
+}

@@ -1,0 +1,242 @@
+internal import CCurl
+import Conversation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#else
+import Darwin
+#endif
+
+/// The thread that owns the `CURLM` and every attached easy handle.
+///
+/// Other threads only append to `commands` (under `lock`) and call `curl_multi_wakeup`,
+/// which is the one multi function curl allows from another thread. Everything below
+/// "multi thread only" is touched by the loop thread alone.
+final class MultiLoop: @unchecked Sendable {
+    enum Command {
+        case add(PreparedRequest, TransferState)
+        case cancel(UInt64)
+        case unpause(UInt64)
+    }
+
+    private enum Phase {
+        case idle
+        case running(thread: pthread_t, multi: UnsafeMutableRawPointer)
+        case stopping
+        case stopped
+    }
+
+    let stats = StatsRecorder()
+    private let configuration: CurlTransport.Configuration
+    private let logger: Logger
+
+    private let lock = Lock()
+    private var phase: Phase = .idle  // guarded by lock
+    private var commands: [Command] = []  // guarded by lock
+    private var stopRequested = false  // guarded by lock
+
+    // Multi thread only. `multi` is written before the thread starts.
+    private var multi: UnsafeMutableRawPointer?
+    private var transfers: [UInt64: EasyTransfer] = [:]
+    private var idsByHandle: [UnsafeMutableRawPointer: UInt64] = [:]
+
+    init(configuration: CurlTransport.Configuration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    // MARK: Any thread
+
+    /// Queues a command and wakes the loop, starting it on the first `.add`. False once
+    /// the loop is shutting down: the caller then fails the transfer itself.
+    func submit(_ command: Command) -> Bool {
+        lock.withLock {
+            switch phase {
+            case .idle:
+                guard case .add = command else { return false }
+                guard let multi = startLocked() else { return false }
+                commands.append(command)
+                curl_multi_wakeup(multi)
+                return true
+            case .running(_, let multi):
+                commands.append(command)
+                curl_multi_wakeup(multi)
+                return true
+            case .stopping, .stopped:
+                return false
+            }
+        }
+    }
+
+    /// Stops the loop: in-flight transfers fail with `.cancelled`, the thread is joined and
+    /// the multi handle freed. Idempotent; a second concurrent caller returns at once.
+    func shutdown() {
+        let thread: pthread_t? = lock.withLock {
+            switch phase {
+            case .idle:
+                phase = .stopped
+                return nil
+            case .running(let thread, let multi):
+                phase = .stopping
+                stopRequested = true
+                curl_multi_wakeup(multi)
+                return thread
+            case .stopping, .stopped:
+                return nil
+            }
+        }
+        guard let thread else { return }
+        precondition(pthread_equal(thread, pthread_self()) == 0, "CurlTransport.shutdown() called on its own thread")
+        pthread_join(thread, nil)
+        lock.withLock { phase = .stopped }
+        logger.debug("curl transport stopped")
+    }
+
+    /// Creates the multi handle and the thread. Called with `lock` held.
+    private func startLocked() -> UnsafeMutableRawPointer? {
+        _ = curlGlobalInit
+        guard let multi = curl_multi_init() else {
+            logger.error("curl_multi_init failed")
+            return nil
+        }
+        _ = c_parley_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maxConnectionsPerHost)
+        _ = c_parley_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, configuration.maxTotalConnections)
+        _ = c_parley_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, configuration.maxTotalConnections)
+        self.multi = multi
+
+        // The thread holds the loop until it returns.
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(
+            &thread, nil,
+            { context in
+                let loop = Unmanaged<MultiLoop>.fromOpaque(context!).takeRetainedValue()
+                loop.run()
+                return nil
+            }, context)
+        guard rc == 0 else {
+            Unmanaged<MultiLoop>.fromOpaque(context).release()
+            curl_multi_cleanup(multi)
+            self.multi = nil
+            logger.error("could not start the curl thread", metadata: ["errno": "\(rc)"])
+            return nil
+        }
+        phase = .running(thread: thread, multi: multi)
+        logger.debug("curl transport started")
+        return multi
+    }
+
+    // MARK: Multi thread only
+
+    private func run() {
+        guard let multi else { return }
+        var batch: [Command] = []
+        while true {
+            let stopping = lock.withLock { () -> Bool in
+                swap(&batch, &commands)
+                return stopRequested
+            }
+            for command in batch { handle(command, multi: multi) }
+            batch.removeAll(keepingCapacity: true)
+            if stopping { break }
+
+            var running: Int32 = 0
+            let performed = curl_multi_perform(multi, &running)
+            if performed != CURLM_OK {
+                logger.error("curl_multi_perform failed", metadata: ["curl.multi_code": "\(performed.rawValue)"])
+            }
+            collectFinished(multi)
+            // Returns on socket activity, a curl timer, a wakeup, or after one second.
+            _ = curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+
+        for transfer in Array(transfers.values) {
+            retire(transfer, multi: multi, error: TransportError(.cancelled, detail: "\(transfer.request.host): transport shut down"))
+        }
+        curl_multi_cleanup(multi)
+        self.multi = nil
+    }
+
+    private func handle(_ command: Command, multi: UnsafeMutableRawPointer) {
+        switch command {
+        case .add(let request, let state):
+            if state.isCancelled {
+                state.finish(nil)  // reports .cancelled
+                return
+            }
+            let transfer: EasyTransfer
+            do {
+                transfer = try EasyTransfer.make(request: request, state: state, configuration: configuration, logger: logger)
+            } catch {
+                logger.debug(
+                    "upstream request not started",
+                    metadata: ["upstream.host": "\(request.host)", "error.code": "\(error.code)", "transfer.id": "\(state.id)"]
+                )
+                state.finish(error)
+                return
+            }
+            let added = curl_multi_add_handle(multi, transfer.handle)
+            guard added == CURLM_OK else {
+                transfer.release()
+                state.finish(TransportError(.unavailable, detail: "\(request.host): curl_multi_add_handle failed"))
+                return
+            }
+            transfers[state.id] = transfer
+            idsByHandle[transfer.handle] = state.id
+            stats.transferStarted()
+
+        case .cancel(let id):
+            guard let transfer = transfers[id] else { return }  // already finished
+            retire(transfer, multi: multi, error: nil)  // state reports .cancelled
+
+        case .unpause(let id):
+            guard let transfer = transfers[id] else { return }
+            // May run the write callback right here with the bytes curl held back.
+            _ = curl_easy_pause(transfer.handle, c_parley_pause_cont())
+        }
+    }
+
+    private func collectFinished(_ multi: UnsafeMutableRawPointer) {
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(multi, &queued) {
+            guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle,
+                let id = idsByHandle[handle], let transfer = transfers[id]
+            else { continue }
+            let code = c_parley_msg_result(message)
+            // `message` is invalid once the handle is removed: everything is read above.
+            var error: TransportError?
+            if code != CURLE_OK {
+                error = CurlErrors.error(for: code, host: transfer.request.host)
+            }
+            retire(transfer, multi: multi, error: error)
+        }
+    }
+
+    /// Detaches and frees one transfer, then ends its state. The only place an attached
+    /// easy handle is freed.
+    private func retire(_ transfer: EasyTransfer, multi: UnsafeMutableRawPointer, error: TransportError?) {
+        var connects = 0
+        _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_NUM_CONNECTS, &connects)
+        var status = 0
+        _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
+        _ = curl_multi_remove_handle(multi, transfer.handle)
+        idsByHandle[transfer.handle] = nil
+        transfers[transfer.state.id] = nil
+        transfer.release()
+        stats.transferRetired(connections: connects)
+
+        var metadata: Logger.Metadata = [
+            "upstream.host": "\(transfer.request.host)", "transfer.id": "\(transfer.state.id)",
+            "http.status": "\(status)", "upstream.new_connections": "\(connects)",
+        ]
+        if let error {
+            metadata["error.code"] = "\(error.code)"
+            metadata["error.detail"] = "\(error.detail)"
+        }
+        logger.debug("upstream transfer finished", metadata: metadata)
+        transfer.state.finish(error)
+    }
+}

@@ -1,0 +1,266 @@
+import Conversation
+
+/// Counters shared by the caller's side and the multi thread.
+final class StatsRecorder: @unchecked Sendable {
+    private let lock = Lock()
+    private var stats = CurlTransport.Statistics()
+    private var lastID: UInt64 = 0
+
+    var snapshot: CurlTransport.Statistics { lock.withLock { stats } }
+
+    func nextTransferID() -> UInt64 {
+        lock.withLock {
+            lastID += 1
+            return lastID
+        }
+    }
+
+    func transferStarted() {
+        lock.withLock {
+            stats.transfersStarted += 1
+            stats.transfersActive += 1
+        }
+    }
+
+    func transferRetired(connections: Int) {
+        lock.withLock {
+            stats.transfersActive -= 1
+            stats.connectionsOpened += connections
+        }
+    }
+
+    func buffered(_ delta: Int) {
+        lock.withLock {
+            stats.bufferedBytes += delta
+            stats.maxBufferedBytes = max(stats.maxBufferedBytes, stats.bufferedBytes)
+        }
+    }
+}
+
+/// What one transfer shares between the multi thread (which writes bytes and ends it) and
+/// its caller (who waits for the head, then reads the body). Every field is behind `lock`;
+/// continuations are resumed after the lock is released.
+final class TransferState: @unchecked Sendable {
+    let id: UInt64
+    let host: String
+    private let loop: MultiLoop
+    private let highWaterMark: Int
+    private let lowWaterMark: Int
+
+    private let lock = Lock()
+    private var headWaiter: CheckedContinuation<UpstreamResponse, any Error>?
+    private var headDelivered = false
+    private var chunks: [[UInt8]] = []
+    private var buffered = 0
+    /// The write callback returned CURL_WRITEFUNC_PAUSE and no unpause was asked for yet.
+    private var paused = false
+    private var cancelled = false
+    /// Set once, by `finish`: nil while the transfer runs, `.some(nil)` on success.
+    private var ending: TransportError??
+    private var readerWaiter: CheckedContinuation<[UInt8]?, any Error>?
+
+    init(id: UInt64, host: String, loop: MultiLoop, highWaterMark: Int, lowWaterMark: Int) {
+        self.id = id
+        self.host = host
+        self.loop = loop
+        self.highWaterMark = highWaterMark
+        self.lowWaterMark = lowWaterMark
+    }
+
+    private var cancelledError: TransportError {
+        TransportError(.cancelled, detail: "\(host): request cancelled")
+    }
+
+    // MARK: Caller side
+
+    /// Parks `send` until the head arrives. Returns false (having resumed the continuation)
+    /// when the transfer was cancelled or ended first.
+    func installHeadWaiter(_ continuation: CheckedContinuation<UpstreamResponse, any Error>) -> Bool {
+        let early: TransportError? = lock.withLock {
+            if cancelled { return cancelledError }
+            if let ending { return ending ?? TransportError(.unavailable, detail: "\(host): no response head") }
+            headWaiter = continuation
+            return nil
+        }
+        if let early {
+            continuation.resume(throwing: early)
+            return false
+        }
+        return true
+    }
+
+    var isCancelled: Bool { lock.withLock { cancelled } }
+
+    /// The reader (or the task awaiting the head) is gone. The multi thread removes the
+    /// transfer and then resumes whoever still waits, so that statistics are settled by then.
+    func cancel() {
+        let (needsRemoval, dropped) = lock.withLock { () -> (Bool, Int) in
+            if cancelled { return (false, 0) }
+            cancelled = true
+            let dropped = buffered
+            chunks = []
+            buffered = 0
+            return (ending == nil, dropped)
+        }
+        if dropped > 0 { loop.stats.buffered(-dropped) }
+        guard needsRemoval else { return }
+        if !loop.submit(.cancel(id)) {
+            finish(cancelledError)
+        }
+    }
+
+    /// The next chunk of the body; nil at its end.
+    func next() async throws -> [UInt8]? {
+        switch takeAvailable() {
+        case .bytes(let bytes): return bytes
+        case .end: return nil
+        case .failed(let error): throw error
+        case .wait: break
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
+                switch takeAvailable(orPark: continuation) {
+                case .bytes(let bytes): continuation.resume(returning: bytes)
+                case .end: continuation.resume(returning: nil)
+                case .failed(let error): continuation.resume(throwing: error)
+                case .wait: break
+                }
+            }
+        } onCancel: {
+            self.cancel()
+        }
+    }
+
+    private enum Available {
+        case bytes([UInt8])
+        case end
+        case failed(TransportError)
+        case wait
+    }
+
+    private func takeAvailable(orPark continuation: CheckedContinuation<[UInt8]?, any Error>? = nil) -> Available {
+        var unpause = false
+        var drained = 0
+        let result = lock.withLock { () -> Available in
+            if cancelled { return .failed(cancelledError) }
+            if !chunks.isEmpty {
+                let out: [UInt8]
+                if chunks.count == 1 {
+                    out = chunks[0]
+                } else {
+                    var joined: [UInt8] = []
+                    joined.reserveCapacity(buffered)
+                    for chunk in chunks { joined.append(contentsOf: chunk) }
+                    out = joined
+                }
+                chunks.removeAll(keepingCapacity: true)
+                drained = buffered
+                buffered = 0
+                if paused && buffered <= lowWaterMark {
+                    paused = false
+                    unpause = true
+                }
+                return .bytes(out)
+            }
+            if let ending {
+                if let error = ending { return .failed(error) }
+                return .end
+            }
+            if let continuation {
+                precondition(readerWaiter == nil, "a response body has one reader")
+                readerWaiter = continuation
+            }
+            return .wait
+        }
+        if drained > 0 { loop.stats.buffered(-drained) }
+        if unpause { _ = loop.submit(.unpause(id)) }
+        return result
+    }
+
+    // MARK: Multi thread side
+
+    func deliverHead(_ response: UpstreamResponse) {
+        let waiter = lock.withLock { () -> CheckedContinuation<UpstreamResponse, any Error>? in
+            headDelivered = true
+            defer { headWaiter = nil }
+            return headWaiter
+        }
+        waiter?.resume(returning: response)
+    }
+
+    enum Offer {
+        case accepted
+        case pause
+        case abort
+    }
+
+    /// Bytes from the write callback. Above the high-water mark they are refused with a
+    /// pause, and curl delivers them again after `curl_easy_pause(CURLPAUSE_CONT)`.
+    func offer(_ bytes: UnsafeRawBufferPointer) -> Offer {
+        var handOver: (CheckedContinuation<[UInt8]?, any Error>, [UInt8])?
+        let result = lock.withLock { () -> Offer in
+            if cancelled { return .abort }
+            if buffered >= highWaterMark {
+                paused = true
+                return .pause
+            }
+            let copy = [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
+                if let base = bytes.baseAddress, bytes.count > 0 {
+                    UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: base, byteCount: bytes.count)
+                }
+                count = bytes.count
+            }
+            if let waiter = readerWaiter {
+                // A waiting reader means the buffer is empty: hand the bytes over directly.
+                readerWaiter = nil
+                handOver = (waiter, copy)
+            } else {
+                chunks.append(copy)
+                buffered += copy.count
+            }
+            return .accepted
+        }
+        if let (waiter, copy) = handOver {
+            waiter.resume(returning: copy)
+        } else if result == .accepted {
+            loop.stats.buffered(bytes.count)
+        }
+        return result
+    }
+
+    /// The transfer is over (done, failed, cancelled or never started). Called once the
+    /// easy handle is gone; idempotent.
+    func finish(_ error: TransportError?) {
+        var head: CheckedContinuation<UpstreamResponse, any Error>?
+        var reader: CheckedContinuation<[UInt8]?, any Error>?
+        let outcome: TransportError? = lock.withLock {
+            if ending != nil { return nil }
+            let outcome = cancelled ? cancelledError : error
+            ending = .some(outcome)
+            head = headWaiter
+            headWaiter = nil
+            reader = readerWaiter
+            readerWaiter = nil
+            return outcome
+        }
+        if let head {
+            head.resume(throwing: outcome ?? TransportError(.unavailable, detail: "\(host): response ended without a head"))
+        }
+        if let reader {
+            if let outcome { reader.resume(throwing: outcome) } else { reader.resume(returning: nil) }
+        }
+    }
+}
+
+/// The body of one curl transfer. Dropping it cancels the transfer.
+final class CurlBodySource: ResponseBodySource {
+    private let state: TransferState
+
+    init(state: TransferState) { self.state = state }
+
+    deinit { state.cancel() }
+
+    func next() async throws -> [UInt8]? { try await state.next() }
+
+    func cancel() { state.cancel() }
+}

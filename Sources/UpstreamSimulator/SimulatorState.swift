@@ -1,0 +1,92 @@
+import Foundation
+
+/// What the simulator has seen, for tests to read, and the port it listens on once bound.
+public final class SimulatorState: Sendable {
+    private let box = Box()
+
+    public init() {}
+
+    /// Requests seen per route, keyed like `"GET /api/data"` or `"ANY /echo"`.
+    public func requests(route: String) -> Int {
+        box.locked { $0.requestsByRoute[route, default: 0] }
+    }
+
+    /// Every route with its count.
+    public var requestsByRoute: [String: Int] { box.locked { $0.requestsByRoute } }
+
+    public var totalRequests: Int { box.locked { $0.requestsByRoute.values.reduce(0, +) } }
+
+    /// `GET /stall` responses still open, and those ended because the client went away.
+    public var openStalls: Int { box.locked { $0.openStalls } }
+    public var abandonedStalls: Int { box.locked { $0.abandonedStalls } }
+
+    /// The bound port, nil until the server listens.
+    public var port: Int? { box.locked { $0.port } }
+
+    /// Waits until the server listens and returns its port (port 0 resolved); nil when
+    /// the server stopped without listening (see `runSimulator`).
+    public func boundPort() async -> Int? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
+            let known: Int?? = box.locked { data in
+                if let port = data.port { return .some(port) }
+                if data.stopped { return .some(nil) }
+                data.portWaiters.append(continuation)
+                return nil
+            }
+            if let known { continuation.resume(returning: known) }
+        }
+    }
+
+    // MARK: Recording (internal)
+
+    func record(_ route: String) {
+        box.locked { $0.requestsByRoute[route, default: 0] += 1 }
+    }
+
+    func stallOpened() { box.locked { $0.openStalls += 1 } }
+
+    func stallClosed(abandoned: Bool) {
+        box.locked {
+            $0.openStalls -= 1
+            if abandoned { $0.abandonedStalls += 1 }
+        }
+    }
+
+    func bound(port: Int) {
+        let waiters = box.locked { data -> [CheckedContinuation<Int?, Never>] in
+            data.port = port
+            defer { data.portWaiters = [] }
+            return data.portWaiters
+        }
+        for waiter in waiters { waiter.resume(returning: port) }
+    }
+
+    func stopped() {
+        let waiters = box.locked { data -> [CheckedContinuation<Int?, Never>] in
+            data.stopped = true
+            defer { data.portWaiters = [] }
+            return data.portWaiters
+        }
+        for waiter in waiters { waiter.resume(returning: nil) }
+    }
+
+    private struct Data {
+        var requestsByRoute: [String: Int] = [:]
+        var openStalls = 0
+        var abandonedStalls = 0
+        var port: Int?
+        var stopped = false
+        var portWaiters: [CheckedContinuation<Int?, Never>] = []
+    }
+
+    private final class Box: @unchecked Sendable {
+        private let lock = NSLock()
+        private var data = Data()
+
+        func locked<T>(_ body: (inout Data) -> T) -> T {
+            lock.lock()
+            defer { lock.unlock() }
+            return body(&data)
+        }
+    }
+}
