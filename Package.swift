@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "ParleyCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         .target(
             name: "Conversation",
-            dependencies: [.product(name: "Logging", package: "swift-log")],
+            dependencies: ["ParleyCrypto", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -88,7 +88,7 @@ let package = Package(
         .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ConversationTests",
-            dependencies: ["Conversation", "AuthFlows", "ParleyTesting"],
+            dependencies: ["Conversation", "AuthFlows", "ParleyTesting", "ParleyCrypto"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,104 @@
+public import Conversation
+public import Logging
+import ParleyCrypto
+
+/// What a registration brings to its manager: its id, APPCID, and secrets opened from the store.
+public struct RegistrationMaterial: Sendable {
+    public var registrationID: String
+    public var appcid: String?
+    public var credentials: UserCredentials?
+    public var clientCertificate: ClientCertificateMaterial?
+
+    public init(
+        registrationID: String, appcid: String? = nil, credentials: UserCredentials? = nil,
+        clientCertificate: ClientCertificateMaterial? = nil
+    ) {
+        self.registrationID = registrationID
+        self.appcid = appcid
+        self.credentials = credentials
+        self.clientCertificate = clientCertificate
+    }
+}
+
+public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
+    public var pkcs12: [UInt8]
+    public var password: String?
+
+    public init(pkcs12: [UInt8], password: String?) {
+        self.pkcs12 = pkcs12
+        self.password = password
+    }
+}
+
+/// Builds a registration's conversation manager from its destination (the seed's
+/// CommonAuthenticationConfigurator). Filters are composed once per manager.
+public struct DestinationConfigurator: Sendable {
+    public let transport: any Transport
+    public let cookieRecords: any CookieRecords
+    public let csrfTokens: CSRFTokenCache
+    public let clock: any WallClock
+    public let observers: [any ConversationObserver]
+    public let logger: Logger
+
+    public init(
+        transport: any Transport, cookieRecords: any CookieRecords, csrfTokens: CSRFTokenCache, clock: any WallClock,
+        observers: [any ConversationObserver] = [], logger: Logger
+    ) {
+        self.transport = transport
+        self.cookieRecords = cookieRecords
+        self.csrfTokens = csrfTokens
+        self.clock = clock
+        self.observers = observers
+        self.logger = logger
+    }
+
+    public func makeManager(for destination: Destination, registration: RegistrationMaterial) -> ConversationManager {
+        var headers = HeaderFields()
+        if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
+        let session = SessionConfiguration(
+            cookieJar: RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock),
+            headers: headers,
+            tls: tlsOptions(for: destination, registration: registration),
+            timeouts: timeouts(for: destination))
+
+        var requestFilters: [any RequestFilter] = []
+        var challengeFilters: [any ChallengeFilter] = []
+        var responseFilters: [any ResponseFilter] = []
+        if destination.basic != nil, let credentials = registration.credentials {
+            challengeFilters.append(BasicChallengeFilter(credentials: credentials))
+        }
+        if destination.csrfEnabled {
+            let csrf = CSRFFilter(registrationID: registration.registrationID, cache: csrfTokens)
+            requestFilters.append(csrf)
+            responseFilters.append(csrf)
+        }
+        var logger = logger
+        logger[metadataKey: "destination"] = .string(destination.name)
+        return ConversationManager(
+            transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
+            responseFilters: responseFilters, observers: observers, logger: logger)
+    }
+
+    /// The registration's certificate wins over the destination's. libcurl presents it
+    /// only when the server asks, which is the TLS form of the seed's challenge.
+    func tlsOptions(for destination: Destination, registration: RegistrationMaterial) -> TLSOptions {
+        var tls = TLSOptions()
+        if let pem = destination.caCertificate { tls.caPEM = Array(pem.utf8) }
+        if let own = registration.clientCertificate {
+            tls.clientPKCS12 = own.pkcs12
+            tls.clientPKCS12Password = own.password
+        } else if let shared = destination.clientCertificate, let bytes = Base64.decode(shared.pkcs12) {
+            tls.clientPKCS12 = bytes
+            tls.clientPKCS12Password = shared.password
+        }
+        return tls
+    }
+
+    func timeouts(for destination: Destination) -> Timeouts {
+        var timeouts = Timeouts()
+        if let s = destination.timeouts?.connectSeconds { timeouts.connect = .milliseconds(Int64(s * 1000)) }
+        if let s = destination.timeouts?.idleSeconds { timeouts.idle = .milliseconds(Int64(s * 1000)) }
+        if let s = destination.timeouts?.totalSeconds { timeouts.total = .milliseconds(Int64(s * 1000)) }
+        return timeouts
+    }
+}

@@ -1,0 +1,208 @@
+public import Conversation
+public import Foundation
+
+/// One upstream cookie as RFC 6265 §5.3 stores it.
+public struct StoredCookie: Sendable, Equatable {
+    public var name: String
+    public var value: String
+    public var domain: String
+    public var path: String
+    public var hostOnly: Bool
+    public var secure: Bool
+    public var httpOnly: Bool
+    /// nil for a session cookie, which lives as long as the registration.
+    public var expiresAt: Date?
+
+    public init(
+        name: String, value: String, domain: String, path: String, hostOnly: Bool, secure: Bool, httpOnly: Bool,
+        expiresAt: Date?
+    ) {
+        self.name = name
+        self.value = value
+        self.domain = domain
+        self.path = path
+        self.hostOnly = hostOnly
+        self.secure = secure
+        self.httpOnly = httpOnly
+        self.expiresAt = expiresAt
+    }
+
+    public func isExpired(at now: Date) -> Bool { expiresAt.map { $0 <= now } ?? false }
+
+    /// RFC 6265 §5.4: whether this cookie goes with a request to `url`.
+    public func matches(_ url: URLParts, at now: Date) -> Bool {
+        guard !isExpired(at: now) else { return false }
+        if secure && !url.isSecure { return false }
+        if hostOnly {
+            guard url.host == domain else { return false }
+        } else {
+            guard Cookies.domainMatches(host: url.host, domain: domain) else { return false }
+        }
+        return Cookies.pathMatches(requestPath: url.pathOrRoot, cookiePath: path)
+    }
+}
+
+public enum Cookies {
+    /// What parsing one `Set-Cookie` produced.
+    public enum Outcome: Sendable, Equatable {
+        case store(StoredCookie)
+        /// Max-Age <= 0 or an Expires in the past: remove the cookie with this identity.
+        case delete(name: String, domain: String, path: String)
+        case ignore
+    }
+
+    /// RFC 6265 §5.2 and §5.3, without a public-suffix list: a Domain attribute
+    /// must domain-match the request host, and an IP host takes host-only cookies.
+    public static func parse(_ header: String, from url: URLParts, at now: Date) -> Outcome {
+        let parts = header.split(separator: ";", omittingEmptySubsequences: false)
+        guard let pair = parts.first, let eq = pair.firstIndex(of: "=") else { return .ignore }
+        let name = pair[..<eq].trimmingCharacters(in: .whitespaces)
+        let value = pair[pair.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty, name.utf8.count + value.utf8.count <= 4096 else { return .ignore }
+
+        var domainAttribute: String?
+        var pathAttribute: String?
+        var maxAge: Int?
+        var expires: Date?
+        var secure = false
+        var httpOnly = false
+        for attribute in parts.dropFirst() {
+            let (key, val): (String, String)
+            if let e = attribute.firstIndex(of: "=") {
+                key = attribute[..<e].trimmingCharacters(in: .whitespaces).lowercased()
+                val = attribute[attribute.index(after: e)...].trimmingCharacters(in: .whitespaces)
+            } else {
+                key = attribute.trimmingCharacters(in: .whitespaces).lowercased()
+                val = ""
+            }
+            switch key {
+            case "domain":
+                var d = val.lowercased()
+                if d.hasPrefix(".") { d.removeFirst() }
+                if !d.isEmpty { domainAttribute = d }
+            case "path":
+                pathAttribute = val.hasPrefix("/") ? val : nil
+            case "max-age":
+                if let n = Int(val) { maxAge = n }
+            case "expires":
+                expires = parseHTTPDate(val)
+            case "secure":
+                secure = true
+            case "httponly":
+                httpOnly = true
+            default:
+                break
+            }
+        }
+        if secure && !url.isSecure { return .ignore }
+
+        let hostOnly: Bool
+        let domain: String
+        if let domainAttribute {
+            guard domainMatches(host: url.host, domain: domainAttribute), !isIPAddress(url.host) || url.host == domainAttribute
+            else { return .ignore }
+            hostOnly = url.host == domainAttribute && isIPAddress(url.host)
+            domain = domainAttribute
+        } else {
+            hostOnly = true
+            domain = url.host
+        }
+        let path = pathAttribute ?? defaultPath(url.pathOrRoot)
+
+        var expiresAt: Date?
+        if let maxAge {
+            expiresAt = maxAge <= 0 ? .distantPast : now.addingTimeInterval(TimeInterval(maxAge))
+        } else if let expires {
+            expiresAt = expires
+        }
+        if let expiresAt, expiresAt <= now { return .delete(name: name, domain: domain, path: path) }
+        return .store(
+            StoredCookie(
+                name: name, value: value, domain: domain, path: path, hostOnly: hostOnly, secure: secure,
+                httpOnly: httpOnly, expiresAt: expiresAt))
+    }
+
+    /// The `Cookie` header for `url`: longer paths first (RFC 6265 §5.4 step 2).
+    public static func header(for url: URLParts, from cookies: [StoredCookie], at now: Date) -> String? {
+        let matching = cookies.filter { $0.matches(url, at: now) }.sorted { $0.path.count > $1.path.count }
+        guard !matching.isEmpty else { return nil }
+        return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
+    }
+
+    public static func domainMatches(host: String, domain: String) -> Bool {
+        if host == domain { return true }
+        return !isIPAddress(host) && host.hasSuffix("." + domain)
+    }
+
+    public static func pathMatches(requestPath: String, cookiePath: String) -> Bool {
+        if requestPath == cookiePath { return true }
+        guard requestPath.hasPrefix(cookiePath) else { return false }
+        return cookiePath.hasSuffix("/") || requestPath.dropFirst(cookiePath.count).hasPrefix("/")
+    }
+
+    static func defaultPath(_ path: String) -> String {
+        guard path.hasPrefix("/"), let last = path.lastIndex(of: "/"), last != path.startIndex else { return "/" }
+        return String(path[..<last])
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        host.hasPrefix("[") || host.split(separator: ".").count == 4 && host.split(separator: ".").allSatisfy { UInt8($0) != nil }
+    }
+
+    static func parseHTTPDate(_ text: String) -> Date? {
+        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE, dd-MMM-yyyy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.timeZone = TimeZone(identifier: "GMT")
+            formatter.dateFormat = format
+            if let date = formatter.date(from: text) { return date }
+        }
+        return nil
+    }
+}
+
+/// Where a registration's cookies are kept (sealed in PostgreSQL by the server).
+public protocol CookieRecords: Sendable {
+    func cookies(registrationID: String) async throws -> [StoredCookie]
+    /// Inserts or replaces by (domain, path, name); deletes the identities given.
+    func apply(registrationID: String, store: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws
+}
+
+/// A registration's cookie jar: RFC 6265 rules over `CookieRecords`.
+public struct RegistrationCookieJar: CookieStorage {
+    public let registrationID: String
+    public let records: any CookieRecords
+    public let clock: any WallClock
+
+    public init(registrationID: String, records: any CookieRecords, clock: any WallClock) {
+        self.registrationID = registrationID
+        self.records = records
+        self.clock = clock
+    }
+
+    public func cookieHeader(for url: String) async throws -> String? {
+        guard let parts = URLParts(url) else { return nil }
+        return Cookies.header(for: parts, from: try await records.cookies(registrationID: registrationID), at: clock.now)
+    }
+
+    public func store(setCookies: [String], from url: String) async throws {
+        guard let parts = URLParts(url) else { return }
+        let now = clock.now
+        var store: [StoredCookie] = []
+        var delete: [(name: String, domain: String, path: String)] = []
+        for header in setCookies {
+            switch Cookies.parse(header, from: parts, at: now) {
+            case .store(let cookie):
+                store.removeAll { $0.name == cookie.name && $0.domain == cookie.domain && $0.path == cookie.path }
+                store.append(cookie)
+            case .delete(let name, let domain, let path):
+                delete.append((name, domain, path))
+            case .ignore:
+                break
+            }
+        }
+        if !store.isEmpty || !delete.isEmpty {
+            try await records.apply(registrationID: registrationID, store: store, delete: delete)
+        }
+    }
+}

@@ -1,0 +1,233 @@
+public import Logging
+import ParleyCrypto
+
+/// Why a conversation ended without a response. `description` is safe to log.
+public struct ConversationError: Error, Sendable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        case restartLimitExceeded
+        case failed
+    }
+
+    public let code: Code
+    public let detail: String
+
+    public init(_ code: Code, detail: String) {
+        self.code = code
+        self.detail = detail
+    }
+
+    public var description: String { "ConversationError(\(code)): \(detail)" }
+}
+
+/// The end of a conversation.
+public enum ConversationResult: Sendable {
+    case response(UpstreamResponse)
+    case interactionRequired(InteractionRequest)
+}
+
+/// The server-side HttpConversationManager: runs conversations through request
+/// filters, the transport, challenge filters and response filters, restarting as
+/// filters ask, at most `maxRestarts` times. Immutable: the filter chains are
+/// built once, and any number of conversations run on one manager at once.
+public struct ConversationManager: Sendable {
+    public let transport: any Transport
+    public let session: SessionConfiguration
+    public let requestFilters: [any RequestFilter]
+    public let challengeFilters: [any ChallengeFilter]
+    public let responseFilters: [any ResponseFilter]
+    public let observers: [any ConversationObserver]
+    public let maxRestarts: Int
+    public let logger: Logger
+
+    public init(
+        transport: any Transport,
+        session: SessionConfiguration = SessionConfiguration(),
+        requestFilters: [any RequestFilter] = [],
+        challengeFilters: [any ChallengeFilter] = [],
+        responseFilters: [any ResponseFilter] = [],
+        observers: [any ConversationObserver] = [],
+        maxRestarts: Int = 4,
+        logger: Logger = Logger(label: "parley.conversation")
+    ) {
+        self.transport = transport
+        self.session = session
+        self.requestFilters = requestFilters
+        self.challengeFilters = challengeFilters
+        self.responseFilters = responseFilters
+        self.observers = observers
+        self.maxRestarts = maxRestarts
+        self.logger = logger
+    }
+
+    /// A copy without the first `count` request filters (the seed's side-request manager).
+    public func droppingRequestFilters(_ count: Int) -> ConversationManager {
+        ConversationManager(
+            transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
+            challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
+            maxRestarts: maxRestarts, logger: logger)
+    }
+
+    /// Runs one conversation to its final response. The returned body has not
+    /// been read; the caller streams it.
+    public func execute(_ request: UpstreamRequest, id: String = ConversationManager.newID()) async throws
+        -> ConversationResult
+    {
+        let conversation = Conversation(id: id, manager: self)
+        var logger = self.logger
+        logger[metadataKey: "conversation.id"] = .string(id)
+        var credential: Credential?
+        var attempt = 0
+        while true {
+            try Task.checkCancellation()
+            var outgoing = request
+            for header in session.headers { outgoing.headers.set(header.name, header.value) }
+            if outgoing.tls == TLSOptions() { outgoing.tls = session.tls }
+            if outgoing.timeouts == Timeouts() { outgoing.timeouts = session.timeouts }
+
+            for (index, filter) in requestFilters.enumerated() {
+                let view = conversation.withManager(droppingRequestFilters(index + 1))
+                let decision = try await filter.prepare(&outgoing, conversation: view)
+                if case .interactionRequired(let interaction) = decision {
+                    finish(conversation, status: nil)
+                    return .interactionRequired(interaction)
+                }
+            }
+            if let credential { outgoing.headers.set("Authorization", credential.headerValue) }
+
+            let response = try await exchange(outgoing, conversation: conversation, attempt: attempt)
+            var final = response
+
+            if response.status == 401, let space = ProtectionSpace(response: response, url: outgoing.url) {
+                let challenge = Challenge(
+                    protectionSpace: space, previousFailureCount: conversation.previousFailureCount(for: space),
+                    request: outgoing, status: response.status, headers: response.headers)
+                switch try await answer(challenge, conversation: conversation) {
+                case .retry(let newCredential):
+                    conversation.recordAttempt(for: space)
+                    credential = newCredential
+                    response.body.discard()
+                    try restart(conversation, attempt: &attempt, reason: "challenge \(space.method.rawValue)", logger: logger)
+                    continue
+                case .fail(let error):
+                    response.body.discard()
+                    finish(conversation, status: nil)
+                    throw error
+                case .interactionRequired(let interaction):
+                    response.body.discard()
+                    finish(conversation, status: nil)
+                    return .interactionRequired(interaction)
+                case .notHandled:
+                    break
+                }
+            }
+
+            var restartReason: String?
+            for filter in responseFilters {
+                switch try await filter.inspect(&final, request: outgoing, conversation: conversation) {
+                case .deliver:
+                    continue
+                case .restart(let reason):
+                    restartReason = reason
+                case .interactionRequired(let interaction):
+                    final.body.discard()
+                    finish(conversation, status: nil)
+                    return .interactionRequired(interaction)
+                }
+                break
+            }
+            if let restartReason {
+                final.body.discard()
+                try restart(conversation, attempt: &attempt, reason: restartReason, logger: logger)
+                continue
+            }
+            finish(conversation, status: final.status)
+            return .response(final)
+        }
+    }
+
+    /// One exchange on the wire, with the session's cookies.
+    private func exchange(_ request: UpstreamRequest, conversation: Conversation, attempt: Int) async throws
+        -> UpstreamResponse
+    {
+        var request = request
+        if let jar = session.cookieJar {
+            if let cookie = try await jar.cookieHeader(for: request.url) {
+                request.headers.set("Cookie", cookie)
+            } else {
+                request.headers.remove("Cookie")
+            }
+        }
+        for observer in observers {
+            observer.observe(.sending(method: request.method, url: request.url, attempt: attempt), conversation: conversation)
+        }
+        let response = try await transport.send(request)
+        for observer in observers { observer.observe(.received(status: response.status, url: request.url), conversation: conversation) }
+        if let jar = session.cookieJar {
+            let setCookies = response.headers.values("Set-Cookie")
+            if !setCookies.isEmpty { try await jar.store(setCookies: setCookies, from: request.url) }
+        }
+        return response
+    }
+
+    private func answer(_ challenge: Challenge, conversation: Conversation) async throws -> ChallengeDecision {
+        for filter in challengeFilters {
+            let decision = try await filter.handle(challenge, conversation: conversation)
+            if case .notHandled = decision { continue }
+            return decision
+        }
+        return .notHandled
+    }
+
+    private func restart(_ conversation: Conversation, attempt: inout Int, reason: String, logger: Logger) throws {
+        let count = conversation.recordRestart()
+        attempt += 1
+        for observer in observers { observer.observe(.restarting(reason: reason), conversation: conversation) }
+        logger.debug("conversation restarts", metadata: ["restart.reason": .string(reason), "restart.count": "\(count)"])
+        guard count <= maxRestarts else {
+            finish(conversation, status: nil)
+            throw ConversationError(.restartLimitExceeded, detail: "the conversation restarted \(count - 1) times; last reason: \(reason)")
+        }
+    }
+
+    private func finish(_ conversation: Conversation, status: Int?) {
+        for observer in observers { observer.observe(.finished(status: status), conversation: conversation) }
+    }
+
+    public static func newID() -> String {
+        var g = SystemRandomNumberGenerator()
+        let n = g.next() as UInt64
+        return String(n, radix: 16)
+    }
+}
+
+extension Credential {
+    var headerValue: String {
+        switch self {
+        case .basic(let username, let password):
+            "Basic " + Base64.encode(Array("\(username):\(password)".utf8))
+        case .authorization(let value):
+            value
+        }
+    }
+}
+
+extension ProtectionSpace {
+    /// The space a `401` names in its first `WWW-Authenticate` challenge.
+    init?(response: UpstreamResponse, url: String) {
+        guard let header = response.headers["WWW-Authenticate"] else { return nil }
+        let scheme = header.split(separator: " ", maxSplits: 1).first.map { $0.lowercased() } ?? ""
+        let method: Method =
+            switch scheme {
+            case "basic": .basic
+            case "bearer": .bearer
+            case "negotiate": .negotiate
+            default: .other
+            }
+        var realm: String?
+        if let range = header.range(of: "realm=\"") {
+            let rest = header[range.upperBound...]
+            realm = rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
+        }
+        self.init(method: method, realm: realm, origin: URLParts(url)?.origin ?? url)
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import Synchronization
+
+/// Conversation managers built lazily per registration and evicted when idle, so
+/// a million registrations cost rows, not memory. Eviction happens on access
+/// (no background task): every call sweeps at most a few idle entries.
+public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
+    private struct Entry {
+        var manager: ConversationManager
+        var lastUsed: Date
+    }
+
+    private struct State {
+        var entries: [Key: Entry] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let idleTimeout: TimeInterval
+    private let capacity: Int
+    private let clock: any WallClock
+
+    public init(idleTimeout: Duration = .seconds(600), capacity: Int = 100_000, clock: any WallClock = SystemClock()) {
+        let parts = idleTimeout.components
+        self.idleTimeout = Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+        self.capacity = capacity
+        self.clock = clock
+    }
+
+    /// The cached manager for `key`, or a new one from `build`.
+    public func manager(for key: Key, build: () throws -> ConversationManager) rethrows -> ConversationManager {
+        let now = clock.now
+        if let cached = state.withLock({ state -> ConversationManager? in
+            sweep(&state, now: now)
+            guard var entry = state.entries[key] else { return nil }
+            entry.lastUsed = now
+            state.entries[key] = entry
+            return entry.manager
+        }) {
+            return cached
+        }
+        let built = try build()
+        return state.withLock { state in
+            if let raced = state.entries[key] { return raced.manager }
+            if state.entries.count >= capacity, let oldest = state.entries.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
+                state.entries[oldest.key] = nil
+            }
+            state.entries[key] = Entry(manager: built, lastUsed: now)
+            return built
+        }
+    }
+
+    /// Forgets a registration's manager (deregistration, revocation, new credentials).
+    public func evict(_ key: Key) {
+        state.withLock { _ = $0.entries.removeValue(forKey: key) }
+    }
+
+    public func evictAll() {
+        state.withLock { $0.entries.removeAll() }
+    }
+
+    public var count: Int { state.withLock { $0.entries.count } }
+
+    /// Removes idle entries, looking at up to 8 per call.
+    private func sweep(_ state: inout State, now: Date) {
+        guard !state.entries.isEmpty else { return }
+        var looked = 0
+        var expired: [Key] = []
+        for (key, entry) in state.entries where looked < 8 {
+            looked += 1
+            if now.timeIntervalSince(entry.lastUsed) > idleTimeout { expired.append(key) }
+        }
+        for key in expired { state.entries[key] = nil }
+    }
+}

@@ -1,0 +1,151 @@
+import AuthFlows
+import Conversation
+import Foundation
+import ParleyTesting
+import Synchronization
+import Testing
+
+/// In-memory `CookieRecords` for filter tests; the PostgreSQL one is tested end to end.
+final class MemoryCookieRecords: CookieRecords {
+    let store = Mutex<[String: [StoredCookie]]>([:])
+    func cookies(registrationID: String) async throws -> [StoredCookie] { store.withLock { $0[registrationID] ?? [] } }
+    func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
+        store.withLock { all in
+            var jar = all[registrationID] ?? []
+            for d in delete { jar.removeAll { $0.name == d.name && $0.domain == d.domain && $0.path == d.path } }
+            for c in add {
+                jar.removeAll { $0.name == c.name && $0.domain == c.domain && $0.path == c.path }
+                jar.append(c)
+            }
+            all[registrationID] = jar
+        }
+    }
+}
+
+@Suite struct CookieTests {
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+    let url = URLParts("https://app.smp.example/odata/v1/Items")!
+
+    func stored(_ header: String, from url: URLParts? = nil) -> StoredCookie? {
+        if case .store(let c) = Cookies.parse(header, from: url ?? self.url, at: now) { return c }
+        return nil
+    }
+
+    @Test func defaultsAreHostOnlyWithTheDefaultPath() throws {
+        let c = try #require(stored("JSESSIONID=abc; HttpOnly"))
+        #expect(c.hostOnly && c.domain == "app.smp.example" && c.path == "/odata/v1" && c.httpOnly && c.expiresAt == nil)
+        #expect(c.matches(URLParts("https://app.smp.example/odata/v1/Other")!, at: now))
+        #expect(!c.matches(URLParts("https://app.smp.example/odata/v2")!, at: now))
+        #expect(!c.matches(URLParts("https://sub.app.smp.example/odata/v1/x")!, at: now))
+    }
+
+    @Test func domainAttributeMustMatchTheHost() throws {
+        let c = try #require(stored("a=1; Domain=.smp.example; Path=/"))
+        #expect(!c.hostOnly && c.domain == "smp.example")
+        #expect(c.matches(URLParts("https://other.smp.example/x")!, at: now))
+        #expect(!c.matches(URLParts("https://evilsmp.example/x")!, at: now))
+        #expect(stored("a=1; Domain=evil.example") == nil)
+    }
+
+    @Test func secureCookiesOnlyTravelOverHTTPS() throws {
+        let c = try #require(stored("s=1; Secure; Path=/"))
+        #expect(!c.matches(URLParts("http://app.smp.example/")!, at: now))
+        #expect(stored("s=1; Secure", from: URLParts("http://app.smp.example/")!) == nil)
+    }
+
+    @Test func expiryAndDeletion() throws {
+        let c = try #require(stored("m=1; Max-Age=60; Path=/"))
+        #expect(c.matches(url, at: now.addingTimeInterval(59)))
+        #expect(!c.matches(url, at: now.addingTimeInterval(61)))
+        #expect(Cookies.parse("m=; Max-Age=0; Path=/", from: url, at: now) == .delete(name: "m", domain: "app.smp.example", path: "/"))
+        let e = try #require(stored("e=1; Expires=Wed, 21 Oct 2037 07:28:00 GMT; Path=/"))
+        #expect(e.expiresAt != nil && e.expiresAt! > now)
+    }
+
+    @Test func pathMatchingFollowsRFC6265() {
+        #expect(Cookies.pathMatches(requestPath: "/a/b", cookiePath: "/a"))
+        #expect(Cookies.pathMatches(requestPath: "/a/b", cookiePath: "/a/"))
+        #expect(!Cookies.pathMatches(requestPath: "/ab", cookiePath: "/a"))
+    }
+
+    @Test func headerPutsLongerPathsFirst() throws {
+        let cookies = [try #require(stored("a=1; Path=/")), try #require(stored("b=2; Path=/odata"))]
+        #expect(Cookies.header(for: url, from: cookies, at: now) == "b=2; a=1")
+    }
+
+    @Test func jarStoresAndServesThroughRecords() async throws {
+        let records = MemoryCookieRecords()
+        let jar = RegistrationCookieJar(registrationID: "r1", records: records, clock: TestClock(now))
+        try await jar.store(setCookies: ["a=1; Path=/", "b=2; Path=/; Domain=smp.example"], from: "https://app.smp.example/x")
+        #expect(try await jar.cookieHeader(for: "https://app.smp.example/y") == "a=1; b=2")
+        #expect(try await jar.cookieHeader(for: "https://elsewhere.example/") == nil)
+        try await jar.store(setCookies: ["a=gone; Max-Age=0; Path=/"], from: "https://app.smp.example/x")
+        #expect(try await jar.cookieHeader(for: "https://app.smp.example/y") == "b=2")
+        let other = RegistrationCookieJar(registrationID: "r2", records: records, clock: TestClock(now))
+        #expect(try await other.cookieHeader(for: "https://app.smp.example/y") == nil)
+    }
+}
+
+@Suite struct CSRFTests {
+    /// An upstream that wants a CSRF token for POST, tied to its session cookie.
+    static func upstream(fetches: Mutex<Int>.Box, token: Mutex<String>.Box) -> FakeTransport {
+        FakeTransport { request in
+            if request.headers["X-CSRF-Token"] == "Fetch" {
+                fetches.value.withLock { $0 += 1 }
+                return .text(200, headers: ["X-CSRF-Token": token.value.withLock { $0 }, "Set-Cookie": "sess=1; Path=/"])
+            }
+            if request.method == "POST" {
+                guard request.headers["Cookie"] == "sess=1", request.headers["X-CSRF-Token"] == token.value.withLock({ $0 })
+                else { return .text(403, "csrf", headers: ["X-CSRF-Token": "Required"]) }
+                return .text(201, "created")
+            }
+            return .text(200)
+        }
+    }
+
+    func manager(_ transport: FakeTransport, cache: CSRFTokenCache) -> ConversationManager {
+        let configurator = DestinationConfigurator(
+            transport: transport, cookieRecords: MemoryCookieRecords(), csrfTokens: cache, clock: TestClock(),
+            logger: .init(label: "test"))
+        let destination = Destination(name: "smp", url: "https://smp.example", csrf: true)
+        return configurator.makeManager(for: destination, registration: RegistrationMaterial(registrationID: "r1"))
+    }
+
+    @Test func fetchesOnceThenReusesAndRefetchesWhenRequired() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let token = Mutex<String>.Box("t1")
+        let transport = Self.upstream(fetches: fetches, token: token)
+        let cache = CSRFTokenCache()
+        let m = manager(transport, cache: cache)
+        for _ in 0..<2 {
+            guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+            else { Issue.record("no response"); return }
+            #expect(r.status == 201)
+        }
+        #expect(fetches.value.withLock { $0 } == 1)
+        token.value.withLock { $0 = "t2" }  // the upstream rotated its token
+        guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        else { Issue.record("no response"); return }
+        #expect(r.status == 201)
+        #expect(fetches.value.withLock { $0 } == 2)
+        // GETs never fetch.
+        _ = try await m.execute(UpstreamRequest(method: "GET", url: "https://smp.example/Items"))
+        #expect(fetches.value.withLock { $0 } == 2)
+    }
+
+    @Test func refetchesOnlyOncePerConversation() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let transport = FakeTransport { request in
+            if request.headers["X-CSRF-Token"] == "Fetch" {
+                fetches.value.withLock { $0 += 1 }
+                return .text(200, headers: ["X-CSRF-Token": "never-good"])
+            }
+            return .text(403, headers: ["X-CSRF-Token": "Required"])
+        }
+        let m = manager(transport, cache: CSRFTokenCache())
+        guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        else { Issue.record("no response"); return }
+        #expect(r.status == 403)
+        #expect(fetches.value.withLock { $0 } == 2)
+    }
+}
