@@ -1,0 +1,335 @@
+import Foundation
+import Logging
+import Store
+import Synchronization
+
+/// A throwaway PostgreSQL server for tests: `initdb` into a fresh temporary directory, `pg_ctl`
+/// on a free 127.0.0.1 port, user `parley` with trust authentication, `fsync=off`.
+///
+/// As root (CI containers) every command runs as the `postgres` user through `runuser`; otherwise
+/// as the current user. Servers still running at process exit are stopped and removed then.
+///
+/// ```swift
+/// try await PostgresServer.withServer { server in … server.connectionString … }
+/// ```
+public final class PostgresServer: Sendable {
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The TCP port, fixed for the server's life (also across `stop()` / `start()`).
+    public let port: Int
+    /// The temporary directory holding `data/`, the socket directory and the log.
+    public let directory: String
+    private let binDirectory: String
+    private let running = Mutex(false)
+
+    private var dataDirectory: String { directory + "/data" }
+    private var logFile: String { directory + "/postgres.log" }
+
+    /// A URI for database `postgres` as user `parley`.
+    public var connectionString: String { connectionString(database: "postgres") }
+
+    public func connectionString(database: String) -> String {
+        "postgresql://parley@127.0.0.1:\(port)/\(database)?sslmode=disable"
+    }
+
+    private init(port: Int, directory: String, binDirectory: String) {
+        self.port = port
+        self.directory = directory
+        self.binDirectory = binDirectory
+    }
+
+    deinit {
+        if running.withLock({ $0 }) { Self.stopImmediately(binDirectory: binDirectory, dataDirectory: dataDirectory) }
+    }
+
+    // MARK: lifecycle
+
+    /// Creates, configures and starts a new server.
+    public static func start() async throws -> PostgresServer {
+        let bin = try findBinDirectory()
+        let directory = try makeDirectory()
+        let port = try freePort()
+        let server = PostgresServer(port: port, directory: directory, binDirectory: bin)
+        registry.withLock { $0[directory] = Leftover(bin: bin, data: directory + "/data") }
+        do {
+            try await server.command(
+                "initdb", ["-D", server.dataDirectory, "-A", "trust", "-U", "parley", "-E", "UTF8", "--no-locale", "-N"]
+            )
+            try server.appendConfiguration([
+                "port = \(port)",
+                "listen_addresses = '127.0.0.1'",
+                "unix_socket_directories = '\(directory)'",
+                "fsync = off",
+                "synchronous_commit = off",
+                "full_page_writes = off",
+                "max_connections = 200",
+                "shared_buffers = 32MB",
+            ])
+            try await server.start()
+        } catch {
+            try? await server.destroy()
+            throw error
+        }
+        return server
+    }
+
+    /// Starts the server again after `stop()`: same port, same data.
+    public func start() async throws {
+        do {
+            try await command("pg_ctl", ["-D", dataDirectory, "-l", logFile, "-w", "-t", "60", "start"])
+        } catch {
+            throw Failure(description: "\(error)\n--- postgres.log (tail) ---\n\(logTail())")
+        }
+        running.withLock { $0 = true }
+    }
+
+    /// `pg_ctl stop -m fast`, returning once the server is down.
+    public func stop() async throws {
+        try await command("pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "-t", "60", "stop"])
+        running.withLock { $0 = false }
+    }
+
+    /// `stop()` then `start()`.
+    public func restart() async throws {
+        try await stop()
+        try await start()
+    }
+
+    /// Stops the server if it runs and removes its directory.
+    public func destroy() async throws {
+        if running.withLock({ $0 }) {
+            try? await command("pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "-t", "60", "stop"])
+            running.withLock { $0 = false }
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+        _ = Self.registry.withLock { $0.removeValue(forKey: directory) }
+    }
+
+    /// Starts a server for `body` and destroys it afterwards, whatever happens.
+    public static func withServer<T>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (PostgresServer) async throws -> T
+    ) async throws -> T {
+        let server = try await start()
+        do {
+            let result = try await body(server)
+            try await server.destroy()
+            return result
+        } catch {
+            try? await server.destroy()
+            throw error
+        }
+    }
+
+    /// One server shared by the whole test process, started on first use and removed at exit.
+    /// Tests that stop or restart PostgreSQL must start their own.
+    public static func shared() async throws -> PostgresServer {
+        let task = sharedServer.withLock { shared in
+            if let task = shared { return task }
+            let task = Task { try await PostgresServer.start() }
+            shared = task
+            return task
+        }
+        return try await task.value
+    }
+
+    /// Creates a database (a fresh random name by default) and returns its connection string.
+    public func createDatabase(_ name: String? = nil) async throws -> String {
+        let name = name ?? "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
+            throw Failure(description: "database names in tests are lower-case letters, digits and _")
+        }
+        let store = PostgresStore(
+            configuration: StoreConfiguration(connectionString: connectionString, maxConnections: 1),
+            logger: Logger(label: "parley.testing.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        do {
+            try await store.execute(SQL(unsafeSQL: "CREATE DATABASE \(name)"))
+        } catch {
+            await store.shutdown()
+            throw error
+        }
+        await store.shutdown()
+        return connectionString(database: name)
+    }
+
+    /// The last lines of the server log, for failure messages.
+    public func logTail(lines: Int = 30) -> String {
+        guard let text = try? String(contentsOfFile: logFile, encoding: .utf8) else { return "(no log)" }
+        return text.split(separator: "\n", omittingEmptySubsequences: false).suffix(lines).joined(separator: "\n")
+    }
+
+    // MARK: processes
+
+    private static let isRoot = getuid() == 0
+
+    /// Runs a PostgreSQL binary (as `postgres` when we are root) and waits for it without
+    /// blocking a thread.
+    private func command(_ tool: String, _ arguments: [String]) async throws {
+        let executable = binDirectory + "/" + tool
+        let outputPath = directory + "/\(tool).out"
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        guard let output = FileHandle(forWritingAtPath: outputPath) else {
+            throw Failure(description: "cannot write \(outputPath)")
+        }
+        defer { try? output.close() }
+        let process = Process()
+        if Self.isRoot {
+            process.executableURL = URL(fileURLWithPath: try Self.runuser())
+            process.arguments = ["-u", "postgres", "--", executable] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        }
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = output
+        process.standardError = output
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do {
+                try process.run()
+            } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: Failure(description: "cannot run \(executable): \(error)"))
+            }
+        }
+        guard status == 0 else {
+            let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+            throw Failure(description: "\(tool) \(arguments.joined(separator: " ")) exited with status \(status):\n\(text)")
+        }
+    }
+
+    /// `pg_ctl stop -m immediate`, synchronously: for `deinit` and process exit.
+    private static func stopImmediately(binDirectory: String, dataDirectory: String) {
+        let process = Process()
+        let pgCtl = binDirectory + "/pg_ctl"
+        let arguments = ["-D", dataDirectory, "-m", "immediate", "-w", "-t", "30", "stop"]
+        if isRoot, let runuser = try? runuser() {
+            process.executableURL = URL(fileURLWithPath: runuser)
+            process.arguments = ["-u", "postgres", "--", pgCtl] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: pgCtl)
+            process.arguments = arguments
+        }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        if (try? process.run()) != nil { process.waitUntilExit() }
+    }
+
+    private func appendConfiguration(_ lines: [String]) throws {
+        let path = dataDirectory + "/postgresql.conf"
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw Failure(description: "cannot open \(path)")
+        }
+        defer { try? handle.close() }
+        handle.seekToEndOfFile()
+        handle.write(Data(("\n# parley tests\n" + lines.joined(separator: "\n") + "\n").utf8))
+    }
+
+    // MARK: setup helpers
+
+    /// `PARLEY_PG_BIN`, else the newest `/usr/lib/postgresql/<version>/bin`, else `pg_ctl` on PATH.
+    private static func findBinDirectory() throws -> String {
+        let fm = FileManager.default
+        func usable(_ dir: String) -> Bool {
+            fm.isExecutableFile(atPath: dir + "/initdb") && fm.isExecutableFile(atPath: dir + "/pg_ctl")
+        }
+        if let configured = ProcessInfo.processInfo.environment["PARLEY_PG_BIN"], usable(configured) {
+            return configured
+        }
+        let versions = ((try? fm.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? [])
+            .compactMap { name in Double(name).map { (name, $0) } }
+            .sorted { $0.1 > $1.1 }
+        for (name, _) in versions where usable("/usr/lib/postgresql/\(name)/bin") {
+            return "/usr/lib/postgresql/\(name)/bin"
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        for dir in path.split(separator: ":").map(String.init) where usable(dir) {
+            return dir
+        }
+        throw Failure(
+            description: "PostgreSQL server binaries (initdb, pg_ctl) not found in /usr/lib/postgresql/*/bin, "
+                + "PARLEY_PG_BIN or PATH; install postgresql: scripts/install-deps.sh"
+        )
+    }
+
+    private static func runuser() throws -> String {
+        for candidate in ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser", "/bin/runuser"]
+        where FileManager.default.isExecutableFile(atPath: candidate) {
+            return candidate
+        }
+        throw Failure(description: "running as root but runuser is missing; it is needed to start PostgreSQL as postgres")
+    }
+
+    /// A fresh `parley-pg-XXXXXX` directory under the temporary directory, owned by `postgres`
+    /// when we are root.
+    private static func makeDirectory() throws -> String {
+        var template = Array((NSTemporaryDirectory() + "/parley-pg-XXXXXX").utf8CString)
+        guard let created = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw Failure(description: "cannot create a temporary directory")
+        }
+        let directory = URL(fileURLWithPath: String(cString: created)).standardizedFileURL.path
+        if isRoot {
+            guard let user = getpwnam("postgres") else {
+                throw Failure(description: "running as root but there is no postgres user; install postgresql: scripts/install-deps.sh")
+            }
+            guard chown(directory, user.pointee.pw_uid, user.pointee.pw_gid) == 0 else {
+                throw Failure(description: "cannot hand \(directory) to the postgres user")
+            }
+        }
+        return directory
+    }
+
+    /// A port the kernel just handed out for 127.0.0.1.
+    private static func freePort() throws -> Int {
+        #if canImport(Glibc)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        let fd = socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { throw Failure(description: "cannot create a socket to find a free port") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0 else { throw Failure(description: "cannot bind a socket to find a free port") }
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { throw Failure(description: "cannot read the bound port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    // MARK: process-wide cleanup
+
+    private static let sharedServer = Mutex<Task<PostgresServer, any Error>?>(nil)
+
+    private struct Leftover: Sendable {
+        let bin: String
+        let data: String
+    }
+
+    /// Every server not yet destroyed, by directory; whatever is left is stopped at exit.
+    private static let registry: Mutex<[String: Leftover]> = {
+        atexit {
+            let leftovers = PostgresServer.registry.withLock { registry in
+                defer { registry.removeAll() }
+                return registry
+            }
+            for (directory, server) in leftovers {
+                PostgresServer.stopImmediately(binDirectory: server.bin, dataDirectory: server.data)
+                try? FileManager.default.removeItem(atPath: directory)
+            }
+        }
+        return Mutex([:])
+    }()
+}
