@@ -58,12 +58,21 @@ let package = Package(
                 "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(name: "parley", dependencies: ["ParleyServer"], swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "parley",
+            dependencies: [
+                "ParleyServer", "CurlTransport", "Store",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
 
         .target(
             name: "UpstreamSimulator",
@@ -81,6 +90,7 @@ let package = Package(
             dependencies: [
                 "Conversation", "Store", "ParleyCrypto",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

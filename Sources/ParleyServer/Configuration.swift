@@ -1,0 +1,184 @@
+public import AuthFlows
+import Conversation
+public import Foundation
+public import ParleyCrypto
+import Yams
+
+/// Parley's configuration, read once from `PARLEY_*` variables and the
+/// destinations file. Every problem is reported at start, not the first one only.
+public struct ParleyConfiguration: Sendable {
+    public var databaseURL: String
+    public var listenHost: String
+    public var listenPort: Int
+    /// External base URL, possibly with a path prefix, without a trailing slash.
+    public var publicURL: String
+    public var keyRing: KeyRing
+    /// SHA-256 of each admin token; presented tokens are compared in constant time.
+    public var adminTokenHashes: [[UInt8]]
+    public var destinations: [String: Destination]
+    public var maxJSONBytes: Int
+    /// Request bodies up to this size stay in memory for replay; larger ones are spooled.
+    public var memoryBodyBytes: Int
+    public var spoolDirectory: String
+    public var migrationsDirectory: String?
+    public var migrateOnStart: Bool
+    public var databasePoolSize: Int
+    public var managerIdleTimeout: Duration
+    public var shutdownGracePeriod: Duration
+
+    public struct Invalid: Error, CustomStringConvertible {
+        public let problems: [String]
+        public init(problems: [String]) { self.problems = problems }
+        public var description: String {
+            "Parley cannot start; fix the configuration:\n" + problems.map { "  - " + $0 }.joined(separator: "\n")
+        }
+    }
+
+    public init(
+        databaseURL: String, listenHost: String = "127.0.0.1", listenPort: Int = 8080, publicURL: String, keyRing: KeyRing,
+        adminTokens: [String] = [], destinations: [Destination], maxJSONBytes: Int = 65536, memoryBodyBytes: Int = 1 << 20,
+        spoolDirectory: String = NSTemporaryDirectory(), migrationsDirectory: String? = nil, migrateOnStart: Bool = true,
+        databasePoolSize: Int = 16, managerIdleTimeout: Duration = .seconds(600), shutdownGracePeriod: Duration = .seconds(25)
+    ) {
+        self.databaseURL = databaseURL
+        self.listenHost = listenHost
+        self.listenPort = listenPort
+        self.publicURL = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
+        self.keyRing = keyRing
+        self.adminTokenHashes = adminTokens.map { SecretToken.hash($0) }
+        self.destinations = Dictionary(destinations.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        self.maxJSONBytes = maxJSONBytes
+        self.memoryBodyBytes = memoryBodyBytes
+        self.spoolDirectory = spoolDirectory
+        self.migrationsDirectory = migrationsDirectory
+        self.migrateOnStart = migrateOnStart
+        self.databasePoolSize = databasePoolSize
+        self.managerIdleTimeout = managerIdleTimeout
+        self.shutdownGracePeriod = shutdownGracePeriod
+    }
+
+    /// Reads the environment. `PARLEY_DATABASE_URL` and `PARLEY_ENCRYPTION_KEYS` are required here;
+    /// the demo script provides both when it starts its own PostgreSQL.
+    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> ParleyConfiguration {
+        var problems: [String] = []
+        let databaseURL = env["PARLEY_DATABASE_URL"] ?? ""
+        if databaseURL.isEmpty { problems.append("PARLEY_DATABASE_URL is not set (a libpq connection string or URI)") }
+
+        var host = "127.0.0.1"
+        var port = 8080
+        if let listen = env["PARLEY_LISTEN"], !listen.isEmpty {
+            if let colon = listen.lastIndex(of: ":"), let p = Int(listen[listen.index(after: colon)...]), (0...65535).contains(p) {
+                host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                port = p
+            } else {
+                problems.append("PARLEY_LISTEN must be host:port, got '\(listen)'")
+            }
+        }
+
+        let publicURL = env["PARLEY_PUBLIC_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://\(host):\(port)"
+        if URLParts(publicURL) == nil || URLParts(publicURL)?.query != nil {
+            problems.append("PARLEY_PUBLIC_URL must be an absolute http(s) URL without query, got '\(publicURL)'")
+        }
+
+        var keyRing: KeyRing?
+        if let keys = env["PARLEY_ENCRYPTION_KEYS"], !keys.isEmpty {
+            do { keyRing = try KeyRing.parse(keys) } catch { problems.append("\(error)") }
+        } else {
+            problems.append("PARLEY_ENCRYPTION_KEYS is not set (kid:base64(32 bytes)[,kid:…]; e.g. k1:$(openssl rand -base64 32))")
+        }
+
+        let adminTokens = (env["PARLEY_ADMIN_TOKENS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }
+        if adminTokens.contains(where: { $0.utf8.count < 16 }) { problems.append("PARLEY_ADMIN_TOKENS: each token needs at least 16 characters") }
+
+        var destinations: [Destination] = []
+        if let path = env["PARLEY_DESTINATIONS"], !path.isEmpty {
+            do {
+                destinations = try DestinationsFile.load(path: path)
+                problems += destinations.flatMap { $0.problems() }
+                let names = destinations.map(\.name)
+                for name in Set(names) where names.filter({ $0 == name }).count > 1 {
+                    problems.append("destination '\(name)' is defined twice")
+                }
+            } catch {
+                problems.append("\(error)")
+            }
+        } else {
+            problems.append("PARLEY_DESTINATIONS is not set (path of the destinations YAML file)")
+        }
+
+        func int(_ name: String, default value: Int, range: ClosedRange<Int>) -> Int {
+            guard let text = env[name], !text.isEmpty else { return value }
+            guard let n = Int(text), range.contains(n) else {
+                problems.append("\(name) must be a whole number in \(range.lowerBound)...\(range.upperBound), got '\(text)'")
+                return value
+            }
+            return n
+        }
+        let maxJSON = int("PARLEY_MAX_JSON_BYTES", default: 65536, range: 256...(16 << 20))
+        let memoryBody = int("PARLEY_MEMORY_BODY_BYTES", default: 1 << 20, range: 0...(64 << 20))
+        let poolSize = int("PARLEY_DATABASE_POOL_SIZE", default: 16, range: 1...500)
+        let idle = int("PARLEY_MANAGER_IDLE_SECONDS", default: 600, range: 1...86400)
+        let grace = int("PARLEY_SHUTDOWN_GRACE_SECONDS", default: 25, range: 0...3600)
+        let spool = env["PARLEY_SPOOL_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? NSTemporaryDirectory()
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: spool, isDirectory: &isDirectory) || !isDirectory.boolValue {
+            problems.append("PARLEY_SPOOL_DIR '\(spool)' is not a directory")
+        }
+        let migrateOnStart: Bool
+        switch env["PARLEY_MIGRATE_ON_START"]?.lowercased() {
+        case nil, "", "true", "1", "yes": migrateOnStart = true
+        case "false", "0", "no": migrateOnStart = false
+        case let other?:
+            problems.append("PARLEY_MIGRATE_ON_START must be true or false, got '\(other)'")
+            migrateOnStart = true
+        }
+
+        guard problems.isEmpty, let keyRing else { throw Invalid(problems: problems) }
+        return ParleyConfiguration(
+            databaseURL: databaseURL, listenHost: host, listenPort: port, publicURL: publicURL, keyRing: keyRing,
+            adminTokens: adminTokens, destinations: destinations, maxJSONBytes: maxJSON, memoryBodyBytes: memoryBody,
+            spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"], migrateOnStart: migrateOnStart,
+            databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace))
+    }
+}
+
+/// The destinations file: `destinations: [ … ]` in YAML (JSON is YAML too).
+public enum DestinationsFile {
+    struct File: Decodable {
+        var destinations: [Destination]
+    }
+
+    public struct LoadError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public static func load(path: String) throws -> [Destination] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw LoadError(description: "PARLEY_DESTINATIONS: cannot read '\(path)'")
+        }
+        return try parse(String(decoding: data, as: UTF8.self), source: path)
+    }
+
+    public static func parse(_ text: String, source: String = "destinations") throws -> [Destination] {
+        do {
+            return try YAMLDecoder().decode(File.self, from: text).destinations
+        } catch let error as DecodingError {
+            throw LoadError(description: "\(source): \(describe(error))")
+        } catch {
+            throw LoadError(description: "\(source): not valid YAML (\(error))")
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context) -> String {
+            context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? "." + $0.stringValue }.joined()
+        }
+        switch error {
+        case .keyNotFound(let key, let context): return "missing '\(key.stringValue)' at \(path(context).isEmpty ? "top level" : path(context))"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
+            return "bad value at \(path(context)): \(context.debugDescription)"
+        @unknown default: return "cannot decode"
+        }
+    }
+}

@@ -1,0 +1,169 @@
+public import Hummingbird
+import Foundation
+
+/// An error answered as `application/problem+json` (RFC 9457) with a stable `code`.
+/// `detail` is written for the client and never carries a secret.
+public struct Problem: HTTPResponseError, Sendable {
+    public enum Code: String, Sendable {
+        case invalidRequest = "invalid_request"
+        case invalidClientToken = "invalid_client_token"
+        case invalidAdminToken = "invalid_admin_token"
+        case forbidden
+        case notFound = "not_found"
+        case interactionRequired = "interaction_required"
+        case upstreamUnauthorized = "upstream_unauthorized"
+        case flowFailed = "flow_failed"
+        case flowExpired = "flow_expired"
+        case upstreamUnavailable = "upstream_unavailable"
+        case upstreamTimeout = "upstream_timeout"
+        case storeUnavailable = "store_unavailable"
+        case rateLimited = "rate_limited"
+        case payloadTooLarge = "payload_too_large"
+        case headersTooLarge = "headers_too_large"
+        case methodNotAllowed = "method_not_allowed"
+        case internalError = "internal_error"
+    }
+
+    public let status: HTTPResponse.Status
+    public let code: Code
+    public let detail: String
+    public var headers: HTTPFields = [:]
+    /// Extra members of the problem object (the `flow` of `interaction_required`).
+    public var extra: [String: JSONValue] = [:]
+
+    public init(_ status: HTTPResponse.Status, _ code: Code, _ detail: String) {
+        self.status = status
+        self.code = code
+        self.detail = detail
+    }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        render()
+    }
+
+    public func render() -> Response {
+        var object: [String: JSONValue] = [
+            "type": .string("https://parley.dev/problems/\(code.rawValue)"),
+            "title": .string(title),
+            "status": .number(Double(status.code)),
+            "detail": .string(detail),
+            "code": .string(code.rawValue),
+        ]
+        for (key, value) in extra { object[key] = value }
+        var headers = self.headers
+        headers[.contentType] = "application/problem+json"
+        headers[.cacheControl] = "no-store"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONValue.object(object).encoded())))
+    }
+
+    var title: String {
+        switch code {
+        case .invalidRequest: "Invalid request"
+        case .invalidClientToken: "Invalid client token"
+        case .invalidAdminToken: "Invalid admin token"
+        case .forbidden: "Forbidden"
+        case .notFound: "Not found"
+        case .interactionRequired: "Interaction required"
+        case .upstreamUnauthorized: "Upstream refused the credentials"
+        case .flowFailed: "Flow failed"
+        case .flowExpired: "Flow expired"
+        case .upstreamUnavailable: "Upstream unavailable"
+        case .upstreamTimeout: "Upstream timeout"
+        case .storeUnavailable: "Store unavailable"
+        case .rateLimited: "Too many requests"
+        case .payloadTooLarge: "Payload too large"
+        case .headersTooLarge: "Request headers too large"
+        case .methodNotAllowed: "Method not allowed"
+        case .internalError: "Internal error"
+        }
+    }
+
+    static func invalid(_ detail: String) -> Problem { Problem(.badRequest, .invalidRequest, detail) }
+
+    static func notFound(_ detail: String = "no such resource") -> Problem { Problem(.notFound, .notFound, detail) }
+
+    static var invalidClientToken: Problem {
+        var p = Problem(.unauthorized, .invalidClientToken, "a valid client token is required (Authorization: Bearer …)")
+        p.headers[.wwwAuthenticate] = "Bearer realm=\"parley\""
+        return p
+    }
+
+    static func storeUnavailable() -> Problem {
+        var p = Problem(.serviceUnavailable, .storeUnavailable, "the database is unreachable; try again shortly")
+        p.headers[.retryAfter] = "2"
+        return p
+    }
+}
+
+/// A small JSON value, for bodies whose shape is fixed by the contract.
+public enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public static func optional(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
+
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        write(into: &out)
+        return out
+    }
+
+    private func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out += Array("null".utf8)
+        case .bool(let b): out += Array((b ? "true" : "false").utf8)
+        case .number(let n):
+            if n.rounded() == n, abs(n) < 1e15 { out += Array(String(Int64(n)).utf8) } else { out += Array(String(n).utf8) }
+        case .string(let s): Self.writeString(s, into: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                item.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (i, key) in members.keys.sorted().enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                Self.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                members[key]!.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for u in s.utf8 {
+            switch u {
+            case UInt8(ascii: "\""): out += [92, 34]
+            case UInt8(ascii: "\\"): out += [92, 92]
+            case 0x0A: out += [92, UInt8(ascii: "n")]
+            case 0x0D: out += [92, UInt8(ascii: "r")]
+            case 0x09: out += [92, UInt8(ascii: "t")]
+            case 0..<0x20, UInt8(ascii: "<"), UInt8(ascii: ">"), UInt8(ascii: "&"):
+                out += Array(String(format: "\\u%04x", u).utf8)
+            default: out.append(u)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    public subscript(_ key: String) -> JSONValue? {
+        if case .object(let members) = self { return members[key] }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    public var isNull: Bool { self == .null }
+}

@@ -1,0 +1,142 @@
+public import Foundation
+import Synchronization
+
+/// The real `parley` binary as a child process, for live tests: started with an
+/// environment, considered ready when it logs "parley ready", stopped with a signal.
+public final class ParleyProcess: Sendable {
+    public let port: Int
+    public let process: Process
+    private let output: OutputCollector
+
+    /// Where the binary is: `PARLEY_BINARY`, else `.build/debug/parley` under the package.
+    public static func binaryPath(_ name: String = "parley", variable: String = "PARLEY_BINARY") -> String {
+        if let path = ProcessInfo.processInfo.environment[variable], !path.isEmpty { return path }
+        return FileManager.default.currentDirectoryPath + "/.build/debug/" + name
+    }
+
+    /// Starts `parley <arguments>` and waits (bounded) for its ready line.
+    public static func start(
+        arguments: [String] = ["serve"], environment: [String: String], port: Int = freeLocalPort(), waitForReady: Bool = true
+    ) async throws -> ParleyProcess {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binaryPath())
+        process.arguments = arguments
+        var env = environment
+        env["PARLEY_LISTEN"] = "127.0.0.1:\(port)"
+        env["PATH"] = ProcessInfo.processInfo.environment["PATH"]
+        process.environment = env
+        let collector = OutputCollector()
+        let pipe = Pipe()
+        process.standardError = pipe
+        process.standardOutput = pipe
+        pipe.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            collector.append(data)
+        }
+        process.terminationHandler = { _ in collector.finish() }
+        try process.run()
+        let parley = ParleyProcess(port: port, process: process, output: collector)
+        if waitForReady { try await parley.waitForOutput("parley ready", timeout: .seconds(30)) }
+        return parley
+    }
+
+    private init(port: Int, process: Process, output: OutputCollector) {
+        self.port = port
+        self.process = process
+        self.output = output
+    }
+
+    /// Everything the process wrote so far (stdout and stderr).
+    public var log: String { output.text }
+
+    /// Waits until the process printed `text`, or fails after `timeout` (or when it exits).
+    public func waitForOutput(_ text: String, timeout: Duration) async throws {
+        try await output.wait(for: text, timeout: timeout)
+    }
+
+    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits for the process to exit and returns its status.
+    public func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
+        try await output.wait(for: "\u{0}never-printed", timeout: timeout, orExit: true)
+        guard !process.isRunning else { throw RawHTTPError(description: "parley did not exit in time") }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    public func stop() async {
+        guard process.isRunning else { return }
+        signal(SIGTERM)
+        if (try? await waitForExit(timeout: .seconds(10))) == nil { signal(SIGKILL) }
+    }
+}
+
+/// Collects a child's output and wakes waiters when a text appears or the child ends.
+final class OutputCollector: Sendable {
+    private struct State {
+        var text = ""
+        var exited = false
+        var waiters: [Int: (needle: String, continuation: CheckedContinuation<Void, Never>)] = [:]
+        var nextID = 0
+    }
+
+    private let state = Mutex(State())
+
+    func append(_ data: Data) {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.text += String(decoding: data, as: UTF8.self)
+            let text = state.text
+            let done = state.waiters.filter { text.contains($0.value.needle) }
+            for id in done.keys { state.waiters[id] = nil }
+            return done.values.map(\.continuation)
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// The child exited: nobody waits for more output.
+    func finish() {
+        let all = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.exited = true
+            defer { state.waiters = [:] }
+            return state.waiters.values.map(\.continuation)
+        }
+        for continuation in all { continuation.resume() }
+    }
+
+    var text: String { state.withLock { $0.text } }
+
+    /// Returns when `needle` appeared, the child exited, or the task was cancelled.
+    private func waitUntil(_ needle: String) async {
+        let id = state.withLock { state -> Int in
+            state.nextID += 1
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { state -> Bool in
+                    if state.text.contains(needle) || state.exited || Task.isCancelled { return true }
+                    state.waiters[id] = (needle, continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume()
+        }
+    }
+
+    func wait(for needle: String, timeout: Duration, orExit: Bool = false) async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.waitUntil(needle) }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+        if orExit { return }
+        if !text.contains(needle) {
+            throw RawHTTPError(description: "'\(needle)' did not appear in time; output so far:\n\(text.suffix(3000))")
+        }
+    }
+}

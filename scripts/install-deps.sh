@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Parley builds, runs and tests with. Idempotent:
+# only missing packages are installed. Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+want=(libcurl4-openssl-dev libpq-dev libssl-dev pkg-config openssl ca-certificates postgresql)
+if [ "${1:-}" = "--test" ]; then
+  want+=(chromium chromium-driver nginx-light wrk)
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

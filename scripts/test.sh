@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test: unit, application, and live tests against a real PostgreSQL
+# (started by the tests themselves in a temp folder) and the upstream simulator.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh --test
+command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6 toolchain needed)" >&2; exit 1; }
+
+export PARLEY_MIGRATIONS_DIR="$PWD/migrations"
+swift build --build-tests 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare' || true
+test -x .build/debug/parley || { echo "build failed" >&2; swift build --build-tests; exit 1; }
+# The live tests run the built binaries; they find them here.
+export PARLEY_BINARY="$PWD/.build/debug/parley"
+export PARLEY_SIMULATOR_BINARY="$PWD/.build/debug/upstream-simulator"
+exec swift test --skip-build "$@"
