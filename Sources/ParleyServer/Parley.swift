@@ -1,6 +1,6 @@
-public import AuthFlows
+import AuthFlows
 public import Conversation
-public import Foundation
+import Foundation
 public import Logging
 import ParleyCrypto
 public import Store
