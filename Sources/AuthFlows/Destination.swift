@@ -39,6 +39,11 @@ public struct Destination: Sendable, Decodable, Equatable {
         public var connectSeconds: Double?
         public var idleSeconds: Double?
         public var totalSeconds: Double?
+        public init(connectSeconds: Double? = nil, idleSeconds: Double? = nil, totalSeconds: Double? = nil) {
+            self.connectSeconds = connectSeconds
+            self.idleSeconds = idleSeconds
+            self.totalSeconds = totalSeconds
+        }
     }
 
     public struct SAML2: Sendable, Decodable, Equatable {
@@ -71,12 +76,17 @@ public struct Destination: Sendable, Decodable, Equatable {
         }
     }
 
-    public init(name: String, url: String, csrf: Bool? = nil, basic: Basic? = nil, smp: SMP? = nil) {
+    public init(
+        name: String, url: String, csrf: Bool? = nil, basic: Basic? = nil, smp: SMP? = nil, maxRequestBodyBytes: Int64? = nil,
+        allowedReturnUrls: [String]? = nil
+    ) {
         self.name = name
         self.url = url
         self.csrf = csrf
         self.basic = basic
         self.smp = smp
+        self.maxRequestBodyBytes = maxRequestBodyBytes
+        self.allowedReturnUrls = allowedReturnUrls
     }
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30

@@ -202,22 +202,23 @@ public final class PostgresServer: Sendable {
         }
     }
 
-    /// `pg_ctl stop -m immediate`, synchronously: for `deinit` and process exit.
+    /// `pg_ctl stop -m immediate`, synchronously: for `deinit` and process exit. Uses
+    /// posix_spawn and waitpid, not Foundation's `Process`, whose run-loop thread cannot be
+    /// relied on while the process exits (an `atexit` handler that used it hung the test run).
     private static func stopImmediately(binDirectory: String, dataDirectory: String) {
-        let process = Process()
         let pgCtl = binDirectory + "/pg_ctl"
-        let arguments = ["-D", dataDirectory, "-m", "immediate", "-w", "-t", "30", "stop"]
-        if isRoot, let runuser = try? runuser() {
-            process.executableURL = URL(fileURLWithPath: runuser)
-            process.arguments = ["-u", "postgres", "--", pgCtl] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: pgCtl)
-            process.arguments = arguments
-        }
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        if (try? process.run()) != nil { process.waitUntilExit() }
+        var arguments = [pgCtl, "-D", dataDirectory, "-m", "immediate", "-w", "-t", "30", "stop"]
+        if isRoot, let runuser = try? runuser() { arguments = [runuser, "-u", "postgres", "--"] + arguments }
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var fileActions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&fileActions)
+        defer { posix_spawn_file_actions_destroy(&fileActions) }
+        for fd: Int32 in [0, 1, 2] { posix_spawn_file_actions_addopen(&fileActions, fd, "/dev/null", O_RDWR, 0) }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, argv[0]!, &fileActions, nil, &argv, environ) == 0 else { return }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     }
 
     private func appendConfiguration(_ lines: [String]) throws {

@@ -29,6 +29,7 @@ public struct RawHTTPResponse: Sendable {
 
 public struct RawHTTPError: Error, CustomStringConvertible {
     public let description: String
+    public init(description: String) { self.description = description }
 }
 
 /// A deliberately dumb HTTP/1.1 client over a plain socket: it sends exactly the

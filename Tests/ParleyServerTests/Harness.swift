@@ -1,0 +1,109 @@
+import AuthFlows
+import Conversation
+import CurlTransport
+import Foundation
+import Hummingbird
+import Logging
+import ParleyCrypto
+import ParleyServer
+import ParleyTesting
+import ServiceLifecycle
+import Store
+import Synchronization
+import Testing
+import UpstreamSimulator
+
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+let migrationsDirectory = packageRoot + "/migrations"
+let quietLogger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+
+/// A running Parley (the real server object on a real port) with its own database
+/// on the shared test PostgreSQL, and an in-process upstream simulator.
+struct LiveParley: Sendable {
+    let port: Int
+    let parley: Parley
+    let store: PostgresStore
+    let simulatorPort: Int
+    let simulator: SimulatorState
+    let databaseURL: String
+    let spoolDirectory: String
+
+    func request(
+        _ method: String, _ target: String, token: String? = nil, headers: [(String, String)] = [], body: [UInt8] = []
+    ) async throws -> RawHTTPResponse {
+        var headers = headers
+        if let token { headers.append(("Authorization", "Bearer \(token)")) }
+        return try await RawHTTP.request(port: port, method: method, target: target, headers: headers, body: body)
+    }
+
+    func json(_ method: String, _ target: String, token: String? = nil, _ object: [String: Any]) async throws -> RawHTTPResponse {
+        let body = try JSONSerialization.data(withJSONObject: object)
+        return try await request(method, target, token: token, headers: [("Content-Type", "application/json")], body: Array(body))
+    }
+
+    /// Registers with `destination` and returns (id, clientToken).
+    func register(_ destination: String = "sim", credentials: Bool = true, extra: [String: Any] = [:]) async throws -> (String, String) {
+        var object: [String: Any] = ["destination": destination]
+        if credentials { object["credentials"] = ["username": "alice", "password": "wonderland"] }
+        for (k, v) in extra { object[k] = v }
+        let response = try await json("POST", "/v1/registrations", object)
+        guard response.status == 201, let json = response.json, let id = json["id"] as? String, let token = json["clientToken"] as? String
+        else { throw RawHTTPError(description: "registration failed: \(response.status) \(response.text)") }
+        return (id, token)
+    }
+
+    /// Row counts of every table that holds state, to prove bad input changed nothing.
+    func stateCounts() async throws -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for table in ["registrations", "tokens", "cookies", "flows"] {
+            counts[table] = try await store.query(SQL(unsafeSQL: "SELECT count(*) AS n FROM \(table)"))[0].int("n")
+        }
+        return counts
+    }
+}
+
+func testKeyRing() -> KeyRing {
+    try! KeyRing(keys: [("test", [UInt8](repeating: 7, count: 32))])
+}
+
+/// Starts simulator + Parley for `body`, then stops both.
+func withLiveParley<T: Sendable>(
+    destinations: @escaping @Sendable (_ simulatorURL: String) -> [Destination] = { [Destination(name: "sim", url: $0, basic: .init())] },
+    adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
+    _ body: @Sendable (LiveParley) async throws -> T
+) async throws -> T {
+    let postgres = try await PostgresServer.shared()
+    let databaseURL = try await postgres.createDatabase()
+    return try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulatorState in
+        let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: quietLogger)
+        _ = try await Migrator(store: store, directory: migrationsDirectory, logger: quietLogger).migrate()
+        let spool = NSTemporaryDirectory() + "parley-spool-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: spool) }
+        var configuration = ParleyConfiguration(
+            databaseURL: databaseURL, listenPort: 0, publicURL: "http://127.0.0.1:0", keyRing: testKeyRing(),
+            adminTokens: ["admin-token-0123456789"], destinations: destinations("http://127.0.0.1:\(simulatorPort)"),
+            memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
+        adjust(&configuration)
+        let transport = CurlTransport(logger: quietLogger)
+        defer { transport.shutdown() }
+        let parley = Parley(configuration: configuration, store: store, transport: transport, logger: quietLogger)
+        let (ports, portContinuation) = AsyncStream<Int>.makeStream()
+        let app = parley.makeApplication(services: [store], onServerRunning: { port in portContinuation.yield(port) })
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await app.runService(gracefulShutdownSignals: [])
+                return nil
+            }
+            var iterator = ports.makeAsyncIterator()
+            guard let port = await iterator.next() else { throw RawHTTPError(description: "parley did not start") }
+            let live = LiveParley(
+                port: port, parley: parley, store: store, simulatorPort: simulatorPort, simulator: simulatorState,
+                databaseURL: databaseURL, spoolDirectory: spool)
+            let result = try await body(live)
+            group.cancelAll()
+            while let _ = try? await group.next() {}
+            return result
+        }
+    }
+}

@@ -1,0 +1,192 @@
+import AuthFlows
+import Foundation
+import ParleyCrypto
+import ParleyServer
+import ParleyTesting
+import Testing
+
+@Suite(.serialized) struct RegistrationAndProxyTests {
+    @Test func registrationShapeAndTokenShownOnce() async throws {
+        try await withLiveParley { live in
+            let created = try await live.json("POST", "/v1/registrations", ["destination": "sim", "deviceType": "iOS", "userHint": "alice"])
+            #expect(created.status == 201)
+            let json = try #require(created.json)
+            for key in ["id", "clientToken", "destination", "appcid", "status", "flow", "deviceType", "deviceModel", "userHint", "createdAt"] {
+                #expect(json.keys.contains(key), "missing \(key)")
+            }
+            #expect(json["status"] as? String == "active")
+            #expect(json["appcid"] is NSNull)
+            let token = try #require(json["clientToken"] as? String)
+            let me = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect(me.status == 200)
+            #expect(me.json?["clientToken"] == nil)
+            #expect(me.json?["id"] as? String == json["id"] as? String)
+            #expect(me.header("Cache-Control") == "no-store")
+            // Only the hash of the client token is stored.
+            let rows = try await live.store.query("SELECT client_token_hash FROM registrations")
+            #expect(try rows[0].bytes("client_token_hash") == SecretToken.hash(token))
+        }
+    }
+
+    @Test func proxiesWithBasicAndKeepsAtSignsInSegments() async throws {
+        try await withLiveParley { live in
+            let (_, token) = try await live.register()
+            let data = try await live.request("GET", "/v1/proxy/api/data", token: token)
+            #expect(data.status == 200)
+            #expect(data.json?["user"] as? String == "alice")
+            let echo = try await live.request("GET", "/v1/proxy/echo/user@example.com/x%20y?q=1&r=a%2Fb", token: token)
+            #expect(echo.status == 200)
+            #expect(echo.json?["path"] as? String == "/echo/user@example.com/x%20y")
+            #expect(echo.json?["query"] as? String == "q=1&r=a%2Fb")
+        }
+    }
+
+    @Test func failedBasicCredentialsReturnTheUpstream401AsItIs() async throws {
+        try await withLiveParley { live in
+            let created = try await live.json(
+                "POST", "/v1/registrations", ["destination": "sim", "credentials": ["username": "alice", "password": "wrong"]])
+            let token = try #require(created.json?["clientToken"] as? String)
+            let data = try await live.request("GET", "/v1/proxy/api/data", token: token)
+            #expect(data.status == 401)
+            #expect(data.header("WWW-Authenticate")?.hasPrefix("Basic") == true)
+            #expect(data.header("Content-Type") != "application/problem+json")
+        }
+    }
+
+    @Test func headersAreFilteredBothWays() async throws {
+        try await withLiveParley { live in
+            let (_, token) = try await live.register()
+            let echo = try await live.request(
+                "GET", "/v1/proxy/echo/h", token: token,
+                headers: [
+                    ("Cookie", "client=1"), ("X-Forwarded-For", "10.0.0.1"), ("Forwarded", "for=10.0.0.1"), ("Connection", "X-Drop"),
+                    ("X-Drop", "1"), ("Proxy-Authorization", "Basic eA=="), ("TE", "trailers"), ("X-Keep", "kept"),
+                ])
+            #expect(echo.status == 200)
+            let headers = try #require(echo.json?["headers"] as? [String: Any])
+            for dropped in ["cookie", "x-forwarded-for", "forwarded", "x-drop", "proxy-authorization", "te"] {
+                #expect(headers[dropped] == nil, "\(dropped) reached the upstream")
+            }
+            // The client's bearer token never reaches the upstream.
+            #expect((headers["authorization"] as? [String])?.contains { $0.contains(token) } != true)
+            #expect(headers["x-keep"] as? [String] == ["kept"])
+        }
+    }
+
+    @Test func badInputIsRefusedAndChangesNothing() async throws {
+        try await withLiveParley(
+            destinations: { [Destination(name: "sim", url: $0, basic: .init(), maxRequestBodyBytes: 1024)] },
+            adjust: { $0.maxJSONBytes = 512 }
+        ) { live in
+            let (_, token) = try await live.register()
+            let before = try await live.stateCounts()
+            let auditBefore = try await live.store.query("SELECT count(*) AS n FROM audit_events")[0].int("n")
+
+            func expectProblem(_ response: RawHTTPResponse, _ status: Int, _ code: String, _ label: String) {
+                #expect(response.status == status, "\(label): status \(response.status) \(response.text)")
+                #expect(response.header("Content-Type") == "application/problem+json", "\(label)")
+                #expect(response.json?["code"] as? String == code, "\(label): \(response.text)")
+                #expect(!response.text.contains(token), "\(label) leaked the token")
+            }
+
+            expectProblem(try await live.json("POST", "/v1/registrations", ["destination": "nowhere"]), 400, "invalid_request", "unknown destination")
+            expectProblem(
+                try await live.request("POST", "/v1/registrations", headers: [("Content-Type", "application/json")], body: Array("{\"destination\":".utf8)),
+                400, "invalid_request", "malformed JSON")
+            expectProblem(try await live.json("POST", "/v1/registrations", ["destination": 42]), 400, "invalid_request", "schema error")
+            expectProblem(
+                try await live.json("POST", "/v1/registrations", ["destination": "sim", "returnUrl": "https://evil.example/"]), 400,
+                "invalid_request", "returnUrl not allowed")
+            expectProblem(
+                try await live.json("POST", "/v1/registrations", ["destination": "sim", "userHint": String(repeating: "x", count: 600)]), 413,
+                "payload_too_large", "JSON over the limit")
+
+            let missing = try await live.request("GET", "/v1/registrations/me")
+            expectProblem(missing, 401, "invalid_client_token", "missing token")
+            #expect(missing.header("WWW-Authenticate")?.hasPrefix("Bearer") == true)
+            expectProblem(try await live.request("GET", "/v1/proxy/api/data", token: "pct_wrong"), 401, "invalid_client_token", "wrong token")
+
+            for escape in [
+                "/v1/proxy/../registrations/me", "/v1/proxy/a/%2e%2e/b", "/v1/proxy/a/%2E%2e/%2e%2e/x", "/v1/proxy/a%2fb", "/v1/proxy/a%2Fb",
+                "/v1/proxy/a%5cb", "/v1/proxy/a//b", "/v1/proxy/http://evil.example/x", "/v1/proxy/a\\b", "/v1/proxy/a/%0d%0aX:1",
+                "/v1/proxy/a/./b", "/v1/proxy/%zz",
+            ] {
+                let response = try await live.request("GET", escape, token: token)
+                expectProblem(response, 400, "invalid_request", escape)
+            }
+            expectProblem(
+                try await live.request("POST", "/v1/proxy/upload", token: token, body: [UInt8](repeating: 1, count: 2048)), 413,
+                "payload_too_large", "proxied body over the limit")
+
+            let big = try await live.request("GET", "/v1/proxy/echo/x", token: token, headers: [("X-Big", String(repeating: "a", count: 40 * 1024))])
+            expectProblem(big, 431, "headers_too_large", "oversized headers")
+
+            // A bare CR in a header cannot be framed: refused, never forwarded.
+            let raw = Array("GET /v1/proxy/echo/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\nX-Evil: a\rb\r\nConnection: close\r\n\r\n".utf8)
+            if let crResponse = try? await RawHTTP.send(port: live.port, bytes: raw) {
+                #expect(crResponse.status == 400)
+            }
+            #expect(live.simulator.requests(route: "echo") == 0, "no bad request reached the upstream")
+
+            #expect(try await live.stateCounts() == before)
+            let auditAfter = try await live.store.query("SELECT count(*) AS n FROM audit_events")[0].int("n")
+            #expect(auditAfter == auditBefore)
+        }
+    }
+
+    @Test func isolationBetweenRegistrations() async throws {
+        try await withLiveParley { live in
+            let (idA, tokenA) = try await live.register()
+            let (idB, tokenB) = try await live.register()
+            let meA = try await live.request("GET", "/v1/registrations/me", token: tokenA)
+            let meB = try await live.request("GET", "/v1/registrations/me", token: tokenB)
+            #expect(meA.json?["id"] as? String == idA)
+            #expect(meB.json?["id"] as? String == idB)
+            #expect(try await live.request("DELETE", "/v1/registrations/me", token: tokenA).status == 204)
+            #expect(try await live.request("GET", "/v1/registrations/me", token: tokenA).status == 401)
+            #expect(try await live.request("GET", "/v1/registrations/me", token: tokenB).status == 200)
+        }
+    }
+
+    @Test func spooledUploadArrivesIntactAndTheSpoolFileIsRemoved() async throws {
+        try await withLiveParley { live in
+            let (_, token) = try await live.register()
+            let body = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }  // 3 MiB > 64 KiB memory limit
+            let response = try await live.request("POST", "/v1/proxy/upload", token: token, body: body)
+            #expect(response.status == 200)
+            #expect(response.json?["sha256"] as? String == Hex.encode(SHA256.hash(body)))
+            #expect(response.json?["bytes"] as? Int == body.count)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: live.spoolDirectory).isEmpty)
+        }
+    }
+
+    @Test func upstreamFailuresBecomeProblems() async throws {
+        let closedPort = freeLocalPort()
+        try await withLiveParley(destinations: { url in
+            var slow = Destination(name: "slow", url: url)
+            slow.timeouts = .init(connectSeconds: 2, idleSeconds: 1, totalSeconds: 1)
+            return [Destination(name: "sim", url: url), Destination(name: "down", url: "http://127.0.0.1:\(closedPort)"), slow]
+        }) { live in
+            let (_, down) = try await live.register("down", credentials: false)
+            let unavailable = try await live.request("GET", "/v1/proxy/x", token: down)
+            #expect(unavailable.status == 502)
+            #expect(unavailable.json?["code"] as? String == "upstream_unavailable")
+            let (_, slow) = try await live.register("slow", credentials: false)
+            let timeout = try await live.request("GET", "/v1/proxy/slow?ms=5000", token: slow)
+            #expect(timeout.status == 504)
+            #expect(timeout.json?["code"] as? String == "upstream_timeout")
+        }
+    }
+
+    @Test func unknownRoutesAndHealth() async throws {
+        try await withLiveParley { live in
+            let missing = try await live.request("GET", "/nope")
+            #expect(missing.status == 404)
+            #expect(missing.json?["code"] as? String == "not_found")
+            #expect(try await live.request("GET", "/healthz").status == 200)
+            #expect(try await live.request("GET", "/readyz").status == 200)
+            let metrics = try await live.request("GET", "/metrics")
+            #expect(metrics.text.contains("parley_http_requests_total"))
+        }
+    }
+}
