@@ -142,7 +142,13 @@ final class TransferState: @unchecked Sendable {
         var unpause = false
         var drained = 0
         let result = lock.withLock { () -> Available in
-            if cancelled { return .failed(cancelledError) }
+            if cancelled {
+                // Report the cancellation only once the multi thread has detached the
+                // transfer (`finish`), so that a caller who sees it sees a settled state.
+                if ending != nil { return .failed(cancelledError) }
+                if let continuation { readerWaiter = continuation }
+                return .wait
+            }
             if !chunks.isEmpty {
                 let out: [UInt8]
                 if chunks.count == 1 {
