@@ -109,7 +109,7 @@ public final class CurlTransport: Transport {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<UpstreamResponse, any Error>) in
                 guard state.installHeadWaiter(continuation) else { return }
                 if !loop.submit(.add(prepared, state)) {
-                    state.finish(TransportError(.cancelled, detail: "\(prepared.host): transport is shut down"))
+                    state.finish(TransportError(.cancelled, detail: "\(prepared.host): transport is shut down or could not start"))
                 }
             }
         } onCancel: {

@@ -98,10 +98,15 @@ final class EasyTransfer {
         // TLS: the server is always verified.
         try check(c_parley_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
         try check(c_parley_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
-        if let ca = request.tls.caPEM {
+        // The blob replaces curl's CA file; the system CA directory (CURLOPT_CAPATH, built
+        // in on Debian) still applies, so these anchors come in addition to the system's.
+        if let ca = request.tls.caPEM, !ca.isEmpty {
             try setBlob(CURLOPT_CAINFO_BLOB, ca, "CAINFO_BLOB")
         }
         if let p12 = request.tls.clientPKCS12 {
+            guard !p12.isEmpty else {
+                throw TransportError(.invalidRequest, detail: "\(request.host): client certificate is empty")
+            }
             try setBlob(CURLOPT_SSLCERT_BLOB, p12, "SSLCERT_BLOB")
             try check(c_parley_easy_setopt_string(h, CURLOPT_SSLCERTTYPE, "P12"), "SSLCERTTYPE")
             if let password = request.tls.clientPKCS12Password {
@@ -116,6 +121,9 @@ final class EasyTransfer {
             try check(c_parley_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Self.milliseconds(total)), "TIMEOUT_MS")
         }
         // Idle: under 1 byte/s for LOW_SPEED_TIME seconds (whole seconds, at least 1).
+        // curl measures the speed over a window of the last ~5 seconds, so after a burst
+        // the limit trips up to ~6 s later than `idle`; a stall from the start trips on time.
+        // Paused transfers (a slow reader, not a slow upstream) are exempt.
         try check(c_parley_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, 1), "LOW_SPEED_LIMIT")
         try check(c_parley_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, Self.wholeSeconds(timeouts.idle)), "LOW_SPEED_TIME")
 

@@ -47,6 +47,7 @@ final class TransferState: @unchecked Sendable {
     private let highWaterMark: Int
     private let lowWaterMark: Int
 
+    /// Taken before the statistics lock when both are needed, never after it.
     private let lock = Lock()
     private var headWaiter: CheckedContinuation<UpstreamResponse, any Error>?
     private var headDelivered = false
@@ -94,15 +95,14 @@ final class TransferState: @unchecked Sendable {
     /// The reader (or the task awaiting the head) is gone. The multi thread removes the
     /// transfer and then resumes whoever still waits, so that statistics are settled by then.
     func cancel() {
-        let (needsRemoval, dropped) = lock.withLock { () -> (Bool, Int) in
-            if cancelled { return (false, 0) }
+        let needsRemoval = lock.withLock { () -> Bool in
+            if cancelled { return false }
             cancelled = true
-            let dropped = buffered
+            if buffered > 0 { loop.stats.buffered(-buffered) }
             chunks = []
             buffered = 0
-            return (ending == nil, dropped)
+            return ending == nil
         }
-        if dropped > 0 { loop.stats.buffered(-dropped) }
         guard needsRemoval else { return }
         if !loop.submit(.cancel(id)) {
             finish(cancelledError)
@@ -140,9 +140,14 @@ final class TransferState: @unchecked Sendable {
 
     private func takeAvailable(orPark continuation: CheckedContinuation<[UInt8]?, any Error>? = nil) -> Available {
         var unpause = false
-        var drained = 0
         let result = lock.withLock { () -> Available in
-            if cancelled { return .failed(cancelledError) }
+            if cancelled {
+                // Report the cancellation only once the multi thread has detached the
+                // transfer (`finish`), so that a caller who sees it sees a settled state.
+                if ending != nil { return .failed(cancelledError) }
+                if let continuation { readerWaiter = continuation }
+                return .wait
+            }
             if !chunks.isEmpty {
                 let out: [UInt8]
                 if chunks.count == 1 {
@@ -154,7 +159,7 @@ final class TransferState: @unchecked Sendable {
                     out = joined
                 }
                 chunks.removeAll(keepingCapacity: true)
-                drained = buffered
+                loop.stats.buffered(-buffered)
                 buffered = 0
                 if paused && buffered <= lowWaterMark {
                     paused = false
@@ -172,7 +177,6 @@ final class TransferState: @unchecked Sendable {
             }
             return .wait
         }
-        if drained > 0 { loop.stats.buffered(-drained) }
         if unpause { _ = loop.submit(.unpause(id)) }
         return result
     }
@@ -217,13 +221,12 @@ final class TransferState: @unchecked Sendable {
             } else {
                 chunks.append(copy)
                 buffered += copy.count
+                loop.stats.buffered(copy.count)
             }
             return .accepted
         }
         if let (waiter, copy) = handOver {
             waiter.resume(returning: copy)
-        } else if result == .accepted {
-            loop.stats.buffered(bytes.count)
         }
         return result
     }

@@ -39,8 +39,32 @@ public final class SimulatorState: Sendable {
 
     // MARK: Recording (internal)
 
+    /// Waits until `route` has seen at least `count` requests (counted when the handler
+    /// starts, before it answers).
+    public func waitForRequests(route: String, count: Int = 1) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let reached = box.locked { data -> Bool in
+                if data.requestsByRoute[route, default: 0] >= count { return true }
+                data.requestWaiters.append((route, count, continuation))
+                return false
+            }
+            if reached { continuation.resume() }
+        }
+    }
+
     func record(_ route: String) {
-        box.locked { $0.requestsByRoute[route, default: 0] += 1 }
+        let ready = box.locked { data -> [CheckedContinuation<Void, Never>] in
+            data.requestsByRoute[route, default: 0] += 1
+            let seen = data.requestsByRoute[route, default: 0]
+            var ready: [CheckedContinuation<Void, Never>] = []
+            data.requestWaiters.removeAll { waiter in
+                guard waiter.route == route, seen >= waiter.count else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
     }
 
     func stallOpened() { box.locked { $0.openStalls += 1 } }
@@ -77,6 +101,7 @@ public final class SimulatorState: Sendable {
         var port: Int?
         var stopped = false
         var portWaiters: [CheckedContinuation<Int?, Never>] = []
+        var requestWaiters: [(route: String, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private final class Box: @unchecked Sendable {

@@ -1,0 +1,452 @@
+import Conversation
+import CurlTransport
+import Foundation
+import Logging
+import ParleyCrypto
+import ParleyTesting
+import Testing
+import UpstreamSimulator
+
+/// Live tests: libcurl against the simulator on port 0. Serialized so that the 1 GiB
+/// tests measure their own memory, not their neighbours'.
+@Suite(.serialized, .timeLimit(.minutes(10)))
+struct CurlTransportTests {
+    // MARK: Round trips
+
+    @Test func getRoundTripSendsHeadersAsGiven() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            var headers = HeaderFields()
+            headers.append("X-Test", "a b c")
+            headers.append("X-Multi", "1")
+            headers.append("X-Multi", "2")
+            headers.append("X-Empty", "")
+            let response = try await transport.send(
+                UpstreamRequest(method: "GET", url: "\(base)/echo/some/%2Fpath?q=1&r=%20", headers: headers))
+            #expect(response.status == 200)
+            #expect(response.headers["Content-Type"] == "application/json")
+            #expect(response.headers["server"] == "upstream-simulator")
+            let echo = try await Fixtures.decode(Fixtures.Echo.self, response)
+            #expect(echo.method == "GET")
+            #expect(echo.path == "/echo/some/%2Fpath")
+            #expect(echo.query == "q=1&r=%20")
+            #expect(echo.headers["x-test"] == ["a b c"])
+            #expect(echo.headers["x-multi"] == ["1", "2"])
+            #expect(echo.headers["x-empty"] == [""])
+            #expect(echo.headers["accept"] == nil, "curl's default Accept must be suppressed")
+            #expect(echo.headers["expect"] == nil)
+            #expect(echo.bodyBytes == 0)
+            #expect(state.requests(route: "ANY /echo") == 1)
+        }
+    }
+
+    @Test func postRoundTripSendsBodyWithoutExpect() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let body = Array("hello, upstream".utf8)
+            let response = try await transport.send(
+                UpstreamRequest(
+                    method: "POST", url: "\(base)/echo/form",
+                    headers: ["Content-Type": "text/plain", "Accept": "application/json", "Content-Length": "999"],
+                    body: .bytes(body)))
+            #expect(response.status == 200)
+            let echo = try await Fixtures.decode(Fixtures.Echo.self, response)
+            #expect(echo.method == "POST")
+            #expect(echo.bodyBytes == body.count)
+            #expect(echo.bodySha256 == Hex.encode(SHA256.hash(body)))
+            #expect(echo.headers["content-type"] == ["text/plain"])
+            #expect(echo.headers["accept"] == ["application/json"])
+            #expect(echo.headers["content-length"] == ["\(body.count)"], "curl derives the length from the body")
+            #expect(echo.headers["expect"] == nil)
+            #expect(echo.headers["transfer-encoding"] == nil)
+        }
+    }
+
+    @Test func methodsWithoutBodies() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let delete = try await transport.send(UpstreamRequest(method: "DELETE", url: "\(base)/echo/item/1"))
+            let echo = try await Fixtures.decode(Fixtures.Echo.self, delete)
+            #expect(echo.method == "DELETE")
+            #expect(echo.headers["content-length"] == nil)
+
+            let emptyPost = try await transport.send(UpstreamRequest(method: "POST", url: "\(base)/echo/empty"))
+            let posted = try await Fixtures.decode(Fixtures.Echo.self, emptyPost)
+            #expect(posted.method == "POST")
+            #expect(posted.headers["content-length"] == ["0"])
+
+            let head = try await transport.send(UpstreamRequest(method: "HEAD", url: "\(base)/echo/head"))
+            #expect(head.status == 200)
+            #expect(try await head.body.collect(upTo: 1024).isEmpty)
+        }
+    }
+
+    @Test func statusesAndBasicChallenge() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let challenge = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/api/data"))
+            #expect(challenge.status == 401)
+            #expect(challenge.headers["WWW-Authenticate"] == "Basic realm=\"smp\"")
+            challenge.body.discard()
+
+            let wrong = try await transport.send(
+                UpstreamRequest(
+                    method: "GET", url: "\(base)/api/data",
+                    headers: ["Authorization": "Basic " + Base64.encode(Array("alice:nope".utf8))]))
+            #expect(wrong.status == 401)
+            wrong.body.discard()
+
+            let ok = try await transport.send(
+                UpstreamRequest(
+                    method: "GET", url: "\(base)/api/data",
+                    headers: ["Authorization": "Basic " + Base64.encode(Array("alice:wonderland".utf8))]))
+            #expect(ok.status == 200)
+            let json = String(decoding: try await ok.body.collect(upTo: 4096), as: UTF8.self)
+            #expect(json == #"{"message":"hello","user":"alice"}"#)
+
+            for code in [204, 404, 503] {
+                let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/status/\(code)"))
+                #expect(response.status == code)
+                _ = try await response.body.collect(upTo: 4096)
+            }
+        }
+    }
+
+    @Test func invalidRequestsAreRefusedBeforeSending() async throws {
+        let transport = Fixtures.transport()
+        defer { transport.shutdown() }
+        await Fixtures.expectTransportError(.invalidRequest) {
+            _ = try await transport.send(UpstreamRequest(method: "GET", url: "ftp://127.0.0.1/file"))
+        }
+        await Fixtures.expectTransportError(.invalidRequest) {
+            _ = try await transport.send(UpstreamRequest(method: "GET", url: "not a url"))
+        }
+        await Fixtures.expectTransportError(.invalidRequest) {
+            _ = try await transport.send(UpstreamRequest(method: "GET X", url: "http://127.0.0.1/"))
+        }
+        await Fixtures.expectTransportError(.invalidRequest) {
+            _ = try await transport.send(
+                UpstreamRequest(method: "PUT", url: "http://127.0.0.1:9/", body: .file(path: "/nonexistent/spool", length: 10)))
+        }
+        #expect(transport.statistics.transfersStarted == 0)
+    }
+
+    // MARK: Streaming and memory
+
+    @Test func downloadsOneGiBWithBoundedBuffering() async throws {
+        let configuration = CurlTransport.Configuration()
+        let size = 1 << 30
+        let expected = Fixtures.patternDigest(bytes: size)
+        try await Fixtures.withSimulatorAndTransport(configuration) { base, _, transport in
+            let rssBefore = Fixtures.residentBytes()
+            let clock = ContinuousClock()
+            let start = clock.now
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/files/big?mb=1024"))
+            #expect(response.status == 200)
+            #expect(response.headers["Content-Length"] == "\(size)")
+            let hasher = SHA256Hasher()
+            var received = 0
+            for try await chunk in response.body {
+                chunk.withUnsafeBytes { hasher.update($0) }
+                received += chunk.count
+            }
+            let elapsed = clock.now - start
+            let rssAfter = Fixtures.residentBytes()
+            let stats = transport.statistics
+            report(
+                "1 GiB download: \(elapsed), RSS growth \((rssAfter - rssBefore) >> 10) KiB, "
+                    + "maxBufferedBytes \(stats.maxBufferedBytes) (high-water \(configuration.highWaterMark))")
+            #expect(received == size)
+            #expect(Hex.encode(hasher.finalize()) == expected)
+            // One write callback delivers at most CURL_MAX_WRITE_SIZE (16 KiB) past the mark.
+            #expect(stats.maxBufferedBytes <= configuration.highWaterMark + 16 * 1024)
+            #expect(stats.bufferedBytes == 0)
+            #expect(rssAfter - rssBefore < 64 << 20)
+        }
+    }
+
+    @Test func tinyBufferPausesAndResumesWithoutLosingBytes() async throws {
+        let configuration = CurlTransport.Configuration(highWaterMark: 20_000, lowWaterMark: 5_000)
+        try await Fixtures.withSimulatorAndTransport(configuration) { base, _, transport in
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/files/big?mb=16"))
+            let hasher = SHA256Hasher()
+            var received = 0
+            var iterator = response.body.makeAsyncIterator()
+            while let chunk = try await iterator.next() {
+                chunk.withUnsafeBytes { hasher.update($0) }
+                received += chunk.count
+                if received % 7 == 0 { await Task.yield() }
+            }
+            #expect(received == 16 << 20)
+            #expect(Hex.encode(hasher.finalize()) == Fixtures.patternDigest(bytes: 16 << 20))
+            #expect(transport.statistics.maxBufferedBytes <= 20_000 + 16 * 1024)
+        }
+    }
+
+    @Test func uploadsOneGiBFromAFile() async throws {
+        let size = 1 << 30
+        let directory = NSTemporaryDirectory() + "parley-upload-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/body.bin"
+
+        // Write the file in 1 MiB blocks, hashing as we go; each block is stamped with its index.
+        let expected: String = try {
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            defer { try? handle.close() }
+            let hasher = SHA256Hasher()
+            var block = SecureRandom.bytes(1 << 20)
+            for index in 0..<(size >> 20) {
+                withUnsafeBytes(of: UInt64(index).bigEndian) { stamp in
+                    block.withUnsafeMutableBytes { $0.copyMemory(from: stamp) }
+                }
+                block.withUnsafeBytes { hasher.update($0) }
+                try handle.write(contentsOf: block)
+            }
+            return Hex.encode(hasher.finalize())
+        }()
+
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            let rssBefore = Fixtures.residentBytes()
+            let clock = ContinuousClock()
+            let start = clock.now
+            let response = try await transport.send(
+                UpstreamRequest(
+                    method: "PUT", url: "\(base)/upload", headers: ["Content-Type": "application/octet-stream"],
+                    body: .file(path: path, length: Int64(size))))
+            #expect(response.status == 200)
+            let answer = try await Fixtures.decode(Fixtures.Upload.self, response)
+            let elapsed = clock.now - start
+            let rssAfter = Fixtures.residentBytes()
+            report("1 GiB upload: \(elapsed), RSS growth \((rssAfter - rssBefore) >> 10) KiB")
+            #expect(answer.bytes == size)
+            #expect(answer.sha256 == expected)
+            #expect(state.requests(route: "PUT /upload") == 1)
+            #expect(rssAfter - rssBefore < 64 << 20)
+        }
+    }
+
+    // MARK: Concurrency and reuse
+
+    @Test func twoHundredConcurrentRequests() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            let results = try await withThrowingTaskGroup(of: (Int, Int, String).self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        let response = try await transport.send(
+                            UpstreamRequest(method: "GET", url: "\(base)/echo/n/\(i)", headers: ["X-Index": "\(i)"]))
+                        let echo = try await Fixtures.decode(Fixtures.Echo.self, response)
+                        return (i, response.status, echo.headers["x-index"]?.first ?? "")
+                    }
+                }
+                var all: [(Int, Int, String)] = []
+                for try await result in group { all.append(result) }
+                return all
+            }
+            #expect(results.count == 200)
+            #expect(results.allSatisfy { $0.1 == 200 && $0.2 == "\($0.0)" })
+            #expect(state.requests(route: "ANY /echo") == 200)
+            let stats = transport.statistics
+            #expect(stats.transfersStarted == 200)
+            #expect(stats.transfersActive == 0)
+            #expect(stats.connectionsOpened <= CurlTransport.Configuration().maxConnectionsPerHost)
+        }
+    }
+
+    @Test func sequentialRequestsReuseOneConnection() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            for i in 0..<20 {
+                let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/seq/\(i)"))
+                #expect(response.status == 200)
+                _ = try await response.body.collect(upTo: 1 << 16)
+            }
+            let stats = transport.statistics
+            #expect(stats.transfersStarted == 20)
+            #expect(stats.connectionsOpened == 1)
+        }
+    }
+
+    // MARK: Time limits and failures
+
+    @Test func totalTimeoutEndsASlowAnswer() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let clock = ContinuousClock()
+            let start = clock.now
+            await Fixtures.expectTransportError(.timeout) {
+                _ = try await transport.send(
+                    UpstreamRequest(
+                        method: "GET", url: "\(base)/slow?ms=10000", timeouts: Timeouts(total: .milliseconds(300))))
+            }
+            #expect(clock.now - start < .seconds(5))
+        }
+    }
+
+    @Test func idleTimeoutEndsAStalledBody() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let response = try await transport.send(
+                UpstreamRequest(method: "GET", url: "\(base)/stall", timeouts: Timeouts(idle: .seconds(1))))
+            #expect(response.status == 200)
+            var iterator = response.body.makeAsyncIterator()
+            let first = try await iterator.next()
+            #expect(first == Array("stalling".utf8))
+            await Fixtures.expectTransportError(.timeout) {
+                _ = try await iterator.next()
+            }
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
+    @Test func closedPortIsUnavailable() async throws {
+        let transport = Fixtures.transport()
+        defer { transport.shutdown() }
+        let port = try FreePort.find()
+        await Fixtures.expectTransportError(.unavailable) {
+            _ = try await transport.send(UpstreamRequest(method: "GET", url: "http://127.0.0.1:\(port)/"))
+        }
+    }
+
+    // MARK: Cancellation and shutdown
+
+    @Test func cancellingTheReaderEndsTheTransfer() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/stall"))
+            let body = response.body
+            let reader = Task {
+                var iterator = body.makeAsyncIterator()
+                _ = try await iterator.next()  // "stalling"
+                return try await iterator.next()  // parks until cancelled
+            }
+            // The transfer is attached until the reader is cancelled.
+            #expect(transport.statistics.transfersActive == 1)
+            reader.cancel()
+            await Fixtures.expectTransportError(.cancelled) {
+                _ = try await reader.value
+            }
+            #expect(transport.statistics.transfersActive == 0)
+            #expect(state.requests(route: "GET /stall") == 1)
+        }
+    }
+
+    @Test func cancellingSendWhileWaitingForTheHead() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            let clock = ContinuousClock()
+            let start = clock.now
+            let task = Task {
+                try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/slow?ms=10000"))
+            }
+            // Cancel once the request is with the upstream, so the transfer is attached.
+            await state.waitForRequests(route: "GET /slow")
+            #expect(transport.statistics.transfersActive == 1)
+            task.cancel()
+            await Fixtures.expectTransportError(.cancelled) {
+                _ = try await task.value
+            }
+            #expect(clock.now - start < .seconds(5))
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
+    @Test func discardingTheBodyEndsTheTransfer() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/files/big?mb=64"))
+            let clock = ContinuousClock()
+            let start = clock.now
+            response.body.discard()
+            await Fixtures.expectTransportError(.cancelled) {
+                _ = try await response.body.collect(upTo: 1 << 30)
+            }
+            report("discard settled in \(clock.now - start)")
+            #expect(transport.statistics.bufferedBytes == 0)
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
+    @Test func shutdownFailsTransfersInFlight() async throws {
+        try await withRunningSimulator(logger: Fixtures.simulatorLogger) { port, _ in
+            let transport = Fixtures.transport()
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: "http://127.0.0.1:\(port)/stall"))
+            var iterator = response.body.makeAsyncIterator()
+            _ = try await iterator.next()
+            transport.shutdown()
+            await Fixtures.expectTransportError(.cancelled) {
+                _ = try await iterator.next()
+            }
+            #expect(transport.statistics.transfersActive == 0)
+            transport.shutdown()  // idempotent
+            await Fixtures.expectTransportError(.cancelled) {
+                _ = try await transport.send(UpstreamRequest(method: "GET", url: "http://127.0.0.1:\(port)/echo/x"))
+            }
+        }
+    }
+
+    // MARK: Logs
+
+    @Test func logsNameTheHostButNoSecrets() async throws {
+        let store = MemoryLogHandler.Store()
+        var logger = Logger(label: "curl-transport-log-test") { _ in MemoryLogHandler(store: store) }
+        logger.logLevel = .trace
+        let secret = "s3cr3t-" + SecureRandom.token(byteCount: 8)
+        try await Fixtures.withSimulatorAndTransport(logger: logger) { base, _, transport in
+            let response = try await transport.send(
+                UpstreamRequest(
+                    method: "POST", url: "\(base)/echo/q?token=\(secret)", headers: ["Authorization": "Bearer \(secret)"],
+                    body: .bytes(Array(secret.utf8))))
+            _ = try await response.body.collect(upTo: 1 << 16)
+        }
+        let lines = store.all
+        #expect(lines.contains { $0.contains("upstream.host=127.0.0.1") && $0.contains("http.status=200") })
+        #expect(!lines.contains { $0.contains(secret) }, "\(lines)")
+    }
+}
+
+/// TLS through nginx with `ssl_verify_client on`.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct CurlTransportTLSTests {
+    @Test func clientCertificateAndCA() async throws {
+        let certificates = try TestCertificates.generate()
+        defer { certificates.remove() }
+        try await withRunningSimulator(logger: Fixtures.simulatorLogger) { port, state in
+            let frontend = try await TLSFrontend.start(certificates: certificates, upstreamPort: port)
+            defer { frontend.remove() }
+            let transport = Fixtures.transport()
+            defer { transport.shutdown() }
+            let url = "\(frontend.baseURL)/echo/tls"
+            let full = TLSOptions(
+                clientPKCS12: certificates.clientPKCS12, clientPKCS12Password: certificates.clientPKCS12Password,
+                caPEM: certificates.caPEM)
+
+            let response = try await transport.send(UpstreamRequest(method: "GET", url: url, tls: full))
+            #expect(response.status == 200)
+            let echo = try await Fixtures.decode(Fixtures.Echo.self, response)
+            #expect(echo.headers["x-client-verify"] == ["SUCCESS"])
+            #expect(echo.headers["x-client-subject"]?.first?.contains(certificates.clientCommonName) == true)
+            #expect(state.requests(route: "ANY /echo") == 1)
+
+            // No client certificate: the frontend refuses to answer.
+            await Fixtures.expectTransportError(.unavailable) {
+                _ = try await transport.send(
+                    UpstreamRequest(method: "GET", url: url, tls: TLSOptions(caPEM: certificates.caPEM)))
+            }
+            // Client certificate but no trust in the test CA: the server is not verified.
+            await Fixtures.expectTransportError(.unavailable) {
+                _ = try await transport.send(
+                    UpstreamRequest(
+                        method: "GET", url: url,
+                        tls: TLSOptions(
+                            clientPKCS12: certificates.clientPKCS12,
+                            clientPKCS12Password: certificates.clientPKCS12Password)))
+            }
+            // A wrong PKCS#12 password makes the request inexpressible. A fresh transport:
+            // curl would reuse the cached connection made with the same certificate bytes,
+            // since the key password is not part of its connection-reuse match.
+            let fresh = Fixtures.transport()
+            defer { fresh.shutdown() }
+            await Fixtures.expectTransportError(.invalidRequest) {
+                _ = try await fresh.send(
+                    UpstreamRequest(
+                        method: "GET", url: url,
+                        tls: TLSOptions(
+                            clientPKCS12: certificates.clientPKCS12, clientPKCS12Password: "wrong",
+                            caPEM: certificates.caPEM)))
+            }
+            #expect(state.requests(route: "ANY /echo") == 1)
+        }
+    }
+}
