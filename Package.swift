@@ -108,6 +108,11 @@ let package = Package(
         ),
         .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
         .testTarget(
+            name: "SimulatorTests",
+            dependencies: ["UpstreamSimulator", "ParleyTesting", "ParleyCrypto", "CurlTransport", "Conversation"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer", "ParleyTesting", "UpstreamSimulator",

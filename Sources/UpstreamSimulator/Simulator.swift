@@ -6,7 +6,8 @@ import ParleyCrypto
 /// Builds the SMP-like upstream. `port` 0 picks a free port: await `state.boundPort()`.
 ///
 /// Routes:
-/// - `GET /api/data` — HTTP Basic; `401` with `WWW-Authenticate: Basic realm="smp"` otherwise.
+/// - `GET /api/data` — HTTP Basic or `SMPSESSION` cookie (Basic sets one); `401` with
+///   `WWW-Authenticate: Basic realm="smp"` otherwise.
 /// - `GET /files/big?mb=N` — N MiB where byte i is `UInt8(i % 251)`, streamed with Content-Length.
 /// - `POST|PUT /upload` — hashes the streamed body: `{"bytes":n,"sha256":"hex"}`.
 /// - `ANY /echo/{path...}` — `{"method","path","query","headers","bodyBytes","bodySha256"}`;
@@ -14,6 +15,8 @@ import ParleyCrypto
 /// - `GET /slow?ms=N` — answers after N ms.
 /// - `GET /stall` — headers and a few bytes, then nothing until the client goes away.
 /// - `GET /status/{code}` — answers with that status.
+/// - SMP registration, CSRF and Basic-only uploads: `SMPRoutes.swift`; OAuth2: `OAuth2Server.swift`;
+///   test controls and `GET /sim/stats`: `ControlRoutes.swift`.
 public func buildSimulator(
     configuration: SimulatorConfiguration = .init(),
     state: SimulatorState,
@@ -149,12 +152,10 @@ private func isAuthorized(_ request: Request, _ configuration: SimulatorConfigur
 private func addRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
     router.get("/api/data") { request, _ -> Response in
         state.record("GET /api/data")
-        guard isAuthorized(request, configuration) else {
-            var response = text("authentication required", status: .unauthorized)
-            response.headers[.wwwAuthenticate] = "Basic realm=\"\(configuration.basicRealm)\""
-            return response
+        guard let login = SMPAuth.authenticate(request, configuration, state.smp) else {
+            return SMPAuth.challenge(configuration, state.smp)
         }
-        return json(DataAnswer(message: "hello", user: configuration.basicUsername))
+        return login.setCookie(on: json(DataAnswer(message: "hello", user: configuration.basicUsername)))
     }
 
     router.get("/files/big") { request, _ -> Response in
@@ -262,4 +263,8 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
         }
         return text("status \(code)", status: status)
     }
+
+    addSMPRoutes(to: router, configuration: configuration, state: state)
+    addOAuth2Routes(to: router, configuration: configuration, state: state)
+    addControlRoutes(to: router, configuration: configuration, state: state)
 }

@@ -4,6 +4,11 @@ import Foundation
 public final class SimulatorState: Sendable {
     private let box = Box()
 
+    /// SMP sessions, registrations, CSRF tokens and their counters (SessionStore.swift).
+    public let smp = SMPState()
+    /// The OAuth2 authorization server's codes, tokens, test controls and counters (OAuthState.swift).
+    public let oauth = OAuthState()
+
     public init() {}
 
     /// Requests seen per route, keyed like `"GET /api/data"` or `"ANY /echo"`.

@@ -1,0 +1,65 @@
+import Hummingbird
+
+/// Test controls, without authentication (the simulator only ever listens on a test machine).
+///
+/// - `POST /sim/csrf/rotate` — every CSRF token stops working.
+/// - `POST /sim/sessions/expire` — every `SMPSESSION` stops working.
+/// - `POST /sim/oauth/expire-access-tokens` — every access token issued so far is expired.
+/// - `POST /sim/oauth/revoke-refresh-tokens` — every refresh token issued so far is revoked.
+/// - `POST /sim/oauth/fail-token?status=503&count=N&retryAfter=S` — the next N token calls fail.
+/// - `POST /sim/oauth/token-delay?ms=N` — the token endpoint waits N ms before answering.
+/// - `GET /sim/stats` — `SimulatorStats` as JSON.
+func addControlRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
+    router.post("/sim/csrf/rotate") { _, _ -> Response in
+        state.record("POST /sim/csrf/rotate")
+        state.smp.rotateCSRFTokens()
+        return Response(status: .noContent)
+    }
+
+    router.post("/sim/sessions/expire") { _, _ -> Response in
+        state.record("POST /sim/sessions/expire")
+        state.smp.expireSessions()
+        return Response(status: .noContent)
+    }
+
+    router.post("/sim/oauth/expire-access-tokens") { _, _ -> Response in
+        state.record("POST /sim/oauth/expire-access-tokens")
+        state.oauth.expireAccessTokens()
+        return Response(status: .noContent)
+    }
+
+    router.post("/sim/oauth/revoke-refresh-tokens") { _, _ -> Response in
+        state.record("POST /sim/oauth/revoke-refresh-tokens")
+        state.oauth.revokeRefreshTokens()
+        return Response(status: .noContent)
+    }
+
+    router.post("/sim/oauth/fail-token") { request, _ -> Response in
+        state.record("POST /sim/oauth/fail-token")
+        let query = request.uri.queryParameters
+        let status = query["status"].flatMap { Int($0) } ?? 503
+        let count = query["count"].flatMap { Int($0) } ?? 1
+        let retryAfter = query["retryAfter"].flatMap { Int($0) }
+        guard (400...599).contains(status), (0...10_000).contains(count), (retryAfter ?? 0) >= 0 else {
+            return SimHTTP.text("status must be in 400...599, count in 0...10000, retryAfter >= 0", status: .badRequest)
+        }
+        let error = query["error"].map(String.init) ?? (status >= 500 ? "temporarily_unavailable" : "invalid_request")
+        state.oauth.failNextTokenCalls(count: count, status: status, retryAfter: retryAfter, error: error)
+        return Response(status: .noContent)
+    }
+
+    router.post("/sim/oauth/token-delay") { request, _ -> Response in
+        state.record("POST /sim/oauth/token-delay")
+        let ms = request.uri.queryParameters["ms"].flatMap { Int($0) } ?? 0
+        guard (0...configuration.maxSlowMilliseconds).contains(ms) else {
+            return SimHTTP.text("ms must be in 0...\(configuration.maxSlowMilliseconds)", status: .badRequest)
+        }
+        state.oauth.setTokenDelay(.milliseconds(ms))
+        return Response(status: .noContent)
+    }
+
+    router.get("/sim/stats") { _, _ -> Response in
+        state.record("GET /sim/stats")
+        return SimHTTP.json(state.stats)
+    }
+}

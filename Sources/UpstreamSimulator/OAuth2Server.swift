@@ -1,0 +1,378 @@
+import Foundation
+import Hummingbird
+import ParleyCrypto
+
+/// How long an authorization code can be redeemed.
+private let codeLifetime: Duration = .seconds(600)
+
+/// Form or query parameters by name; a repeated name is remembered (RFC 6749 §3.1 refuses it).
+private struct OAuthParameters {
+    private var values: [String: String] = [:]
+    private(set) var repeated: [String] = []
+
+    init(_ pairs: [(name: String, value: String)]) {
+        for (name, value) in pairs {
+            if values[name] != nil { repeated.append(name) }
+            values[name] = value
+        }
+    }
+
+    /// The value, with an empty one treated as absent (RFC 6749 §3.1).
+    subscript(_ name: String) -> String? {
+        guard let value = values[name], !value.isEmpty else { return nil }
+        return value
+    }
+}
+
+private struct TokenAnswer: Encodable {
+    let access_token: String
+    let token_type: String
+    let expires_in: Int
+    let refresh_token: String?
+    let scope: String?
+}
+
+private struct ErrorAnswer: Encodable {
+    let error: String
+    let error_description: String
+}
+
+private struct ResourceAnswer: Encodable {
+    let message: String
+    let sub: String
+    let path: String
+}
+
+/// A checked authorization request (`GET` or `POST /oauth/authorize`).
+private struct AuthorizationRequest {
+    let client: OAuthClient
+    /// Where the answer goes; `redirectURIGiven` tells whether the request named it.
+    let redirectURI: String
+    let redirectURIGiven: Bool
+    let state: String?
+    let codeChallenge: String?
+    let scope: String?
+}
+
+private enum AuthorizationCheck {
+    case valid(AuthorizationRequest)
+    /// The client or redirect URI cannot be trusted: answer with a page, never a redirect.
+    case badRequest(String)
+    /// A trusted redirect URI gets the error (RFC 6749 §4.1.2.1).
+    case redirectError(uri: String, error: String, description: String, state: String?)
+}
+
+private func checkAuthorization(_ parameters: OAuthParameters, _ configuration: SimulatorConfiguration) -> AuthorizationCheck {
+    if let name = parameters.repeated.first(where: { ["client_id", "redirect_uri"].contains($0) }) {
+        return .badRequest("parameter \(name) is repeated")
+    }
+    guard let clientID = parameters["client_id"] else { return .badRequest("client_id is missing") }
+    guard let client = configuration.oauthClients.first(where: { $0.id == clientID }) else {
+        return .badRequest("unknown client")
+    }
+    let redirectURI: String
+    if let given = parameters["redirect_uri"] {
+        guard client.allows(redirectURI: given) else { return .badRequest("redirect_uri is not registered for this client") }
+        redirectURI = given
+    } else if client.redirectURIs.count == 1 {
+        redirectURI = client.redirectURIs[0]
+    } else {
+        return .badRequest("redirect_uri is missing")
+    }
+    let state = parameters["state"]
+    func fail(_ error: String, _ description: String) -> AuthorizationCheck {
+        .redirectError(uri: redirectURI, error: error, description: description, state: state)
+    }
+    if let name = parameters.repeated.first { return fail("invalid_request", "parameter \(name) is repeated") }
+    guard let responseType = parameters["response_type"] else { return fail("invalid_request", "response_type is missing") }
+    guard responseType == "code" else { return fail("unsupported_response_type", "only response_type=code is supported") }
+    let challenge = parameters["code_challenge"]
+    if let challenge {
+        guard parameters["code_challenge_method"] == "S256" else {
+            return fail("invalid_request", "code_challenge_method must be S256")
+        }
+        guard PKCE.isWellFormed(verifier: challenge) else { return fail("invalid_request", "code_challenge is malformed") }
+    } else if !client.isConfidential {
+        return fail("invalid_request", "public clients must send a PKCE code_challenge")
+    }
+    return .valid(
+        AuthorizationRequest(
+            client: client, redirectURI: redirectURI, redirectURIGiven: parameters["redirect_uri"] != nil,
+            state: state, codeChallenge: challenge, scope: parameters["scope"]))
+}
+
+private func redirect(to uri: String, _ parameters: [(String, String?)]) -> Response {
+    let query = parameters.compactMap { name, value in value.map { "\(name)=\(SimHTTP.formEncode($0))" } }
+        .joined(separator: "&")
+    let location = uri + (uri.contains("?") ? "&" : "?") + query
+    return Response(status: .found, headers: [.location: location, .cacheControl: "no-store"])
+}
+
+private func errorPage(_ message: String) -> Response {
+    SimHTTP.html(
+        """
+        <!doctype html>
+        <html><head><meta charset="utf-8"><title>Authorization error</title></head>
+        <body><h1>Authorization error</h1><p id="error">\(SimHTTP.htmlEscape(message))</p></body></html>
+        """, status: .badRequest)
+}
+
+private func loginPage(_ request: AuthorizationRequest, error: String?) -> Response {
+    let hidden: [(String, String?)] = [
+        ("response_type", "code"),
+        ("client_id", request.client.id),
+        ("redirect_uri", request.redirectURIGiven ? request.redirectURI : nil),
+        ("state", request.state),
+        ("code_challenge", request.codeChallenge),
+        ("code_challenge_method", request.codeChallenge == nil ? nil : "S256"),
+        ("scope", request.scope),
+    ]
+    let fields = hidden.compactMap { name, value in
+        value.map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(SimHTTP.htmlEscape($0))\">" }
+    }.joined(separator: "\n      ")
+    let errorLine = error.map { "<p id=\"error\" role=\"alert\">\(SimHTTP.htmlEscape($0))</p>" } ?? ""
+    return SimHTTP.html(
+        """
+        <!doctype html>
+        <html><head><meta charset="utf-8"><title>Sign in</title></head>
+        <body>
+          <h1>Sign in</h1>
+          <p><b>\(SimHTTP.htmlEscape(request.client.id))</b> asks for access\(request.scope.map { " (\(SimHTTP.htmlEscape($0)))" } ?? "").</p>
+          \(errorLine)
+          <form method="post" action="/oauth/authorize">
+              \(fields)
+              <label>Username <input id="username" name="username" autocomplete="username"></label>
+              <label>Password <input id="password" name="password" type="password" autocomplete="current-password"></label>
+              <button id="login" type="submit">Sign in</button>
+          </form>
+        </body></html>
+        """)
+}
+
+private func tokenError(_ error: OAuthError, request: Request) -> Response {
+    var headers: HTTPFields = [.cacheControl: "no-store", .pragma: "no-cache"]
+    let status: HTTPResponse.Status = error.code == .invalidClient ? .unauthorized : .badRequest
+    if error.code == .invalidClient, SimHTTP.basicCredentials(request) != nil {
+        headers[.wwwAuthenticate] = "Basic realm=\"oauth\""  // RFC 6749 §5.2
+    }
+    return SimHTTP.json(ErrorAnswer(error: error.code.rawValue, error_description: error.description), status: status, headers: headers)
+}
+
+private func formParameters(_ request: Request) async throws -> Result<OAuthParameters, OAuthError> {
+    let body = try await SimHTTP.collect(request.body)
+    let contentType = request.headers[.contentType]?.lowercased() ?? ""
+    guard contentType.hasPrefix("application/x-www-form-urlencoded") else {
+        return .failure(OAuthError(.invalidRequest, "the body must be application/x-www-form-urlencoded"))
+    }
+    return .success(OAuthParameters(SimHTTP.formPairs(String(decoding: body, as: UTF8.self))))
+}
+
+/// Client authentication (RFC 6749 §2.3): `client_secret_basic`, `client_secret_post`,
+/// or a public client's bare `client_id`.
+private func authenticateClient(
+    _ request: Request, _ form: OAuthParameters, _ configuration: SimulatorConfiguration
+) -> Result<OAuthClient, OAuthError> {
+    let presented: (id: String, secret: String?)
+    if let basic = SimHTTP.basicCredentials(request) {
+        let id = SimHTTP.formDecode(basic.user)
+        guard form["client_secret"] == nil else {
+            return .failure(OAuthError(.invalidRequest, "use one client authentication method"))
+        }
+        if let bodyID = form["client_id"], bodyID != id {
+            return .failure(OAuthError(.invalidRequest, "client_id differs from the Authorization header"))
+        }
+        presented = (id, SimHTTP.formDecode(basic.password))
+    } else if let id = form["client_id"] {
+        presented = (id, form["client_secret"])
+    } else {
+        return .failure(OAuthError(.invalidClient, "client authentication missing"))
+    }
+    guard let client = configuration.oauthClients.first(where: { $0.id == presented.id }) else {
+        return .failure(OAuthError(.invalidClient, "client authentication failed"))
+    }
+    switch (client.secret, presented.secret) {
+    case (nil, nil), (nil, ""):
+        return .success(client)
+    case (.some(let expected), .some(let secret)) where SimHTTP.secretsMatch(secret, expected):
+        return .success(client)
+    default:
+        return .failure(OAuthError(.invalidClient, "client authentication failed"))
+    }
+}
+
+private func scopeItems(_ scope: String?) -> Set<Substring> {
+    Set((scope ?? "").split(separator: " "))
+}
+
+/// Part B of the simulator: an OAuth2 authorization server (RFC 6749, 7636, 7009) and two
+/// protected resources.
+///
+/// - `GET /oauth/authorize` — login page; `POST /oauth/authorize` — `302` to `redirect_uri?code=…&state=…`.
+/// - `POST /oauth/token` — grants `authorization_code` (+ PKCE S256), `client_credentials`,
+///   `password`, `refresh_token` (rotating).
+/// - `POST /oauth/revoke` — RFC 7009.
+/// - `ANY /oauth-api/{path…}` — Bearer; `401` + `WWW-Authenticate: Bearer error="invalid_token"` otherwise.
+/// - `ANY /sap-api/{path…}` — Bearer; `400` + `X-SMP-AUTHENTICATION-STATUS: 1000` otherwise.
+func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
+    let oauth = state.oauth
+
+    router.get("/oauth/authorize") { request, _ -> Response in
+        state.record("GET /oauth/authorize")
+        let parameters = OAuthParameters(SimHTTP.formPairs(request.uri.query ?? ""))
+        switch checkAuthorization(parameters, configuration) {
+        case .badRequest(let message):
+            return errorPage(message)
+        case .redirectError(let uri, let error, let description, let returnedState):
+            return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
+        case .valid(let authorization):
+            oauth.countAuthorizePage()
+            return loginPage(authorization, error: nil)
+        }
+    }
+
+    router.post("/oauth/authorize") { request, _ -> Response in
+        state.record("POST /oauth/authorize")
+        let body = try await SimHTTP.collect(request.body)
+        let parameters = OAuthParameters(SimHTTP.formPairs(String(decoding: body, as: UTF8.self)))
+        switch checkAuthorization(parameters, configuration) {
+        case .badRequest(let message):
+            return errorPage(message)
+        case .redirectError(let uri, let error, let description, let returnedState):
+            return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
+        case .valid(let authorization):
+            let userOK = SimHTTP.secretsMatch(parameters["username"] ?? "", configuration.basicUsername)
+            let passwordOK = SimHTTP.secretsMatch(parameters["password"] ?? "", configuration.basicPassword)
+            guard userOK && passwordOK else {
+                oauth.countLogin(success: false)
+                return loginPage(authorization, error: "Wrong username or password.")
+            }
+            oauth.countLogin(success: true)
+            let code = oauth.issueCode(
+                .init(
+                    grant: OAuthGrant(
+                        clientID: authorization.client.id, subject: configuration.basicUsername, scope: authorization.scope,
+                        grantID: SecureRandom.token(byteCount: 12)),
+                    redirectURI: authorization.redirectURIGiven ? authorization.redirectURI : nil,
+                    codeChallenge: authorization.codeChallenge,
+                    expires: .now.advanced(by: codeLifetime)
+                ))
+            return redirect(to: authorization.redirectURI, [("code", code), ("state", authorization.state)])
+        }
+    }
+
+    router.post("/oauth/token") { request, _ -> Response in
+        state.record("POST /oauth/token")
+        let parsed = try await formParameters(request)
+        let grantType = (try? parsed.get())?["grant_type"] ?? "none"
+        let (delay, failure) = oauth.beginTokenCall(grant: grantType)
+        if delay > .zero { try await Task.sleep(for: delay) }
+        if let failure {
+            var headers: HTTPFields = [.cacheControl: "no-store"]
+            if let retryAfter = failure.retryAfter { headers[.retryAfter] = String(retryAfter) }
+            return SimHTTP.json(
+                ErrorAnswer(error: failure.error, error_description: "failure injected by /sim/oauth/fail-token"),
+                status: HTTPResponse.Status(code: failure.status), headers: headers)
+        }
+
+        let outcome: Result<IssuedTokens, OAuthError> = parsed.flatMap { form in
+            if let name = form.repeated.first { return .failure(OAuthError(.invalidRequest, "parameter \(name) is repeated")) }
+            guard let grant = form["grant_type"] else { return .failure(OAuthError(.invalidRequest, "grant_type is missing")) }
+            guard ["authorization_code", "client_credentials", "password", "refresh_token"].contains(grant) else {
+                return .failure(OAuthError(.unsupportedGrantType, "grant_type \(grant) is not supported"))
+            }
+            return authenticateClient(request, form, configuration).flatMap { client in
+                let now = ContinuousClock.now
+                let lifetime = configuration.accessTokenLifetime
+                switch grant {
+                case "authorization_code":
+                    guard let code = form["code"] else { return .failure(OAuthError(.invalidRequest, "code is missing")) }
+                    return oauth.redeemCode(
+                        code, clientID: client.id, redirectURI: form["redirect_uri"], verifier: form["code_verifier"], now: now
+                    ).map { oauth.issueTokens(for: $0, withRefreshToken: true, lifetime: lifetime, now: now) }
+                case "client_credentials":
+                    guard client.isConfidential else {
+                        return .failure(OAuthError(.unauthorizedClient, "client_credentials needs a confidential client"))
+                    }
+                    let grant = OAuthGrant(
+                        clientID: client.id, subject: client.id, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
+                    return .success(oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now))
+                case "password":
+                    guard let username = form["username"], let password = form["password"] else {
+                        return .failure(OAuthError(.invalidRequest, "username and password are required"))
+                    }
+                    let userOK = SimHTTP.secretsMatch(username, configuration.basicUsername)
+                    let passwordOK = SimHTTP.secretsMatch(password, configuration.basicPassword)
+                    guard userOK && passwordOK else { return .failure(OAuthError(.invalidGrant, "wrong username or password")) }
+                    let grant = OAuthGrant(
+                        clientID: client.id, subject: username, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
+                    return .success(oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now))
+                default:  // refresh_token
+                    guard let refreshToken = form["refresh_token"] else {
+                        return .failure(OAuthError(.invalidRequest, "refresh_token is missing"))
+                    }
+                    return oauth.redeemRefreshToken(refreshToken, clientID: client.id).flatMap { grant in
+                        var narrowed = grant
+                        if let requested = form["scope"] {
+                            guard scopeItems(requested).isSubset(of: scopeItems(grant.scope)) else {
+                                return .failure(OAuthError(.invalidGrant, "scope exceeds the original grant"))
+                            }
+                            narrowed = OAuthGrant(clientID: grant.clientID, subject: grant.subject, scope: requested, grantID: grant.grantID)
+                        }
+                        return .success(oauth.issueTokens(for: narrowed, withRefreshToken: true, lifetime: lifetime, now: now))
+                    }
+                }
+            }
+        }
+        switch outcome {
+        case .success(let issued):
+            return SimHTTP.json(
+                TokenAnswer(
+                    access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn,
+                    refresh_token: issued.refreshToken, scope: issued.scope),
+                headers: [.cacheControl: "no-store", .pragma: "no-cache"])
+        case .failure(let error):
+            oauth.countTokenError(error.code)
+            return tokenError(error, request: request)
+        }
+    }
+
+    router.post("/oauth/revoke") { request, _ -> Response in
+        state.record("POST /oauth/revoke")
+        let outcome: Result<Void, OAuthError> = try await formParameters(request).flatMap { form in
+            authenticateClient(request, form, configuration).flatMap { client in
+                guard let token = form["token"] else { return .failure(OAuthError(.invalidRequest, "token is missing")) }
+                oauth.countRevocation(hint: form["token_type_hint"] ?? "none")
+                oauth.revoke(token: token, clientID: client.id)
+                return .success(())
+            }
+        }
+        switch outcome {
+        case .success:
+            return Response(status: .ok, headers: [.cacheControl: "no-store"])
+        case .failure(let error):
+            return tokenError(error, request: request)
+        }
+    }
+
+    let resourceMethods: [HTTPRequest.Method] = [.get, .head, .post, .put, .patch, .delete]
+    for (kind, prefix) in [("oauth-api", "/oauth-api/**"), ("sap-api", "/sap-api/**")] {
+        for method in resourceMethods {
+            router.on(RouterPath(prefix), method: method) { request, _ -> Response in
+                state.record("ANY /\(kind)")
+                guard let access = SimHTTP.bearerToken(request).flatMap({ oauth.validate(accessToken: $0) }) else {
+                    try await SimHTTP.drain(request.body)
+                    oauth.countResource(kind, rejected: true)
+                    if kind == "sap-api" {
+                        return SimHTTP.text("authentication required", status: .badRequest, headers: [.smpAuthenticationStatus: "1000"])
+                    }
+                    return SimHTTP.text(
+                        "authentication required", status: .unauthorized,
+                        headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
+                }
+                try await SimHTTP.drain(request.body)
+                oauth.countResource(kind, rejected: false)
+                return SimHTTP.json(ResourceAnswer(message: "hello oauth", sub: access.subject, path: request.uri.path))
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+import ParleyCrypto
+
+/// An OAuth2 error answer (RFC 6749 §5.2): `invalid_client` is `401`, the others `400`.
+struct OAuthError: Error, Sendable {
+    enum Code: String, Sendable {
+        case invalidRequest = "invalid_request"
+        case invalidClient = "invalid_client"
+        case invalidGrant = "invalid_grant"
+        case unauthorizedClient = "unauthorized_client"
+        case unsupportedGrantType = "unsupported_grant_type"
+    }
+
+    let code: Code
+    let description: String
+
+    init(_ code: Code, _ description: String) {
+        self.code = code
+        self.description = description
+    }
+}
+
+/// The subject, client and scope a token request was granted for; `grantID` ties together
+/// every token descended from one authorization (code, login or client credentials).
+struct OAuthGrant: Sendable {
+    let clientID: String
+    let subject: String
+    let scope: String?
+    let grantID: String
+}
+
+struct IssuedTokens: Sendable {
+    let accessToken: String
+    let refreshToken: String?
+    let expiresIn: Int
+    let scope: String?
+}
+
+/// What a valid access token stands for.
+public struct OAuthAccess: Sendable, Equatable {
+    public let clientID: String
+    public let subject: String
+    public let scope: String?
+}
+
+/// A failure `POST /sim/oauth/fail-token` arranged for the token endpoint.
+struct InjectedTokenFailure: Sendable {
+    let status: Int
+    let retryAfter: Int?
+    let error: String
+}
+
+/// Codes, tokens, test controls and counters of the simulated OAuth2 authorization server.
+public final class OAuthState: Sendable {
+    private let data = Locked(Data())
+
+    init() {}
+
+    // MARK: Counters
+
+    /// Token-endpoint calls by `grant_type` as sent (`"none"` when absent), failed ones included.
+    public var tokenCallsByGrant: [String: Int] { data.withLock { $0.tokenCallsByGrant } }
+    public func tokenCalls(grant: String) -> Int { data.withLock { $0.tokenCallsByGrant[grant, default: 0] } }
+    public var tokenCalls: Int { data.withLock { $0.tokenCallsByGrant.values.reduce(0, +) } }
+    /// Token-endpoint error answers by `error` code (injected failures count as `injected_<status>`).
+    public var tokenErrorsByCode: [String: Int] { data.withLock { $0.tokenErrorsByCode } }
+    /// Authenticated `POST /oauth/revoke` calls by `token_type_hint` (`"none"` when absent).
+    public var revocationsByHint: [String: Int] { data.withLock { $0.revocationsByHint } }
+    public func revocations(hint: String) -> Int { data.withLock { $0.revocationsByHint[hint, default: 0] } }
+    /// Calls of the protected resources by kind (`"oauth-api"`, `"sap-api"`), and those refused.
+    public var resourceCalls: [String: Int] { data.withLock { $0.resourceCalls } }
+    public var resourceRejections: [String: Int] { data.withLock { $0.resourceRejections } }
+    /// Login pages shown, logins that issued a code, and logins refused.
+    public var authorizePages: Int { data.withLock { $0.authorizePages } }
+    public var authorizeLogins: Int { data.withLock { $0.authorizeLogins } }
+    public var authorizeFailures: Int { data.withLock { $0.authorizeFailures } }
+    public var accessTokensIssued: Int { data.withLock { $0.accessTokensIssued } }
+    public var refreshTokensIssued: Int { data.withLock { $0.refreshTokensIssued } }
+
+    // MARK: Test controls
+
+    /// Every access token issued so far is expired from now on.
+    public func expireAccessTokens() {
+        data.withLock { data in
+            for key in data.accessTokens.keys { data.accessTokens[key]?.expired = true }
+        }
+    }
+
+    /// Every refresh token issued so far stops working.
+    public func revokeRefreshTokens() {
+        data.withLock { data in
+            for key in data.refreshTokens.keys { data.refreshTokens[key]?.active = false }
+        }
+    }
+
+    /// The next `count` token-endpoint calls answer `status` (with `Retry-After` when given).
+    public func failNextTokenCalls(count: Int, status: Int = 503, retryAfter: Int? = nil, error: String = "temporarily_unavailable") {
+        data.withLock { data in
+            data.pendingFailures = count
+            data.failure = InjectedTokenFailure(status: status, retryAfter: retryAfter, error: error)
+        }
+    }
+
+    /// The token endpoint waits this long before answering.
+    public func setTokenDelay(_ delay: Duration) {
+        data.withLock { $0.tokenDelay = delay }
+    }
+
+    /// The access token's grant if it is known, unrevoked and unexpired.
+    public func validate(accessToken token: String, now: ContinuousClock.Instant = .now) -> OAuthAccess? {
+        data.withLock { data in
+            guard let record = data.accessTokens[token], !record.expired, now < record.expires else { return nil }
+            return OAuthAccess(clientID: record.grant.clientID, subject: record.grant.subject, scope: record.grant.scope)
+        }
+    }
+
+    /// Whether the refresh token would be accepted now.
+    public func isActive(refreshToken token: String) -> Bool {
+        data.withLock { $0.refreshTokens[token]?.active ?? false }
+    }
+
+    // MARK: Internal
+
+    func countAuthorizePage() { data.withLock { $0.authorizePages += 1 } }
+
+    func countLogin(success: Bool) {
+        data.withLock { data in
+            if success { data.authorizeLogins += 1 } else { data.authorizeFailures += 1 }
+        }
+    }
+
+    /// Counts a token call and says how long to wait and whether to fail it.
+    func beginTokenCall(grant: String) -> (delay: Duration, failure: InjectedTokenFailure?) {
+        data.withLock { data in
+            data.tokenCallsByGrant[grant, default: 0] += 1
+            var failure: InjectedTokenFailure?
+            if data.pendingFailures > 0, let injected = data.failure {
+                data.pendingFailures -= 1
+                data.tokenErrorsByCode["injected_\(injected.status)", default: 0] += 1
+                failure = injected
+            }
+            return (data.tokenDelay, failure)
+        }
+    }
+
+    func countTokenError(_ code: OAuthError.Code) {
+        data.withLock { $0.tokenErrorsByCode[code.rawValue, default: 0] += 1 }
+    }
+
+    func countRevocation(hint: String) {
+        data.withLock { $0.revocationsByHint[hint, default: 0] += 1 }
+    }
+
+    func countResource(_ kind: String, rejected: Bool) {
+        data.withLock { data in
+            data.resourceCalls[kind, default: 0] += 1
+            if rejected { data.resourceRejections[kind, default: 0] += 1 }
+        }
+    }
+
+    func issueCode(_ code: PendingCode) -> String {
+        let value = "code_" + SecureRandom.token()
+        data.withLock { $0.codes[value] = code }
+        return value
+    }
+
+    /// Redeems a code once. A second use fails and revokes what the first one issued (RFC 6749 §4.1.2).
+    func redeemCode(
+        _ value: String, clientID: String, redirectURI: String?, verifier: String?, now: ContinuousClock.Instant
+    ) -> Result<OAuthGrant, OAuthError> {
+        data.withLock { data in
+            guard var code = data.codes[value], code.grant.clientID == clientID else {
+                return .failure(OAuthError(.invalidGrant, "unknown authorization code"))
+            }
+            if code.used {
+                data.revokeGrant(code.grant.grantID)
+                return .failure(OAuthError(.invalidGrant, "authorization code already used"))
+            }
+            code.used = true
+            data.codes[value] = code
+            guard now < code.expires else { return .failure(OAuthError(.invalidGrant, "authorization code expired")) }
+            if let expected = code.redirectURI, expected != redirectURI {
+                return .failure(OAuthError(.invalidGrant, "redirect_uri does not match the authorization request"))
+            }
+            switch (code.codeChallenge, verifier) {
+            case (nil, nil):
+                break
+            case (nil, .some):
+                return .failure(OAuthError(.invalidGrant, "code_verifier without a code_challenge"))
+            case (.some, nil):
+                return .failure(OAuthError(.invalidGrant, "code_verifier missing"))
+            case (.some(let challenge), .some(let verifier)):
+                guard PKCE.isWellFormed(verifier: verifier),
+                    SimHTTP.secretsMatch(PKCE.challenge(for: verifier), challenge)
+                else { return .failure(OAuthError(.invalidGrant, "code_verifier does not match the code_challenge")) }
+            }
+            return .success(code.grant)
+        }
+    }
+
+    /// Rotates a refresh token: the old one stops working, the grant carries on.
+    func redeemRefreshToken(_ value: String, clientID: String) -> Result<OAuthGrant, OAuthError> {
+        data.withLock { data in
+            guard let record = data.refreshTokens[value], record.grant.clientID == clientID, record.active else {
+                return .failure(OAuthError(.invalidGrant, "refresh token unknown, revoked or already used"))
+            }
+            data.refreshTokens[value]?.active = false
+            return .success(record.grant)
+        }
+    }
+
+    func issueTokens(
+        for grant: OAuthGrant, withRefreshToken: Bool, lifetime: Duration, now: ContinuousClock.Instant
+    ) -> IssuedTokens {
+        let access = "at_" + SecureRandom.token()
+        let refresh = withRefreshToken ? "rt_" + SecureRandom.token() : nil
+        data.withLock { data in
+            data.accessTokens[access] = AccessRecord(grant: grant, expires: now.advanced(by: lifetime))
+            data.accessTokensIssued += 1
+            if let refresh {
+                data.refreshTokens[refresh] = RefreshRecord(grant: grant)
+                data.refreshTokensIssued += 1
+            }
+        }
+        let (seconds, attoseconds) = lifetime.components
+        return IssuedTokens(
+            accessToken: access, refreshToken: refresh, expiresIn: Int(seconds) + (attoseconds > 0 ? 1 : 0), scope: grant.scope)
+    }
+
+    /// RFC 7009: revokes the client's token; a refresh token takes its grant's access tokens along.
+    /// Unknown tokens and other clients' tokens are ignored.
+    func revoke(token: String, clientID: String) {
+        data.withLock { data in
+            if let record = data.accessTokens[token], record.grant.clientID == clientID {
+                data.accessTokens[token]?.expired = true
+            }
+            if let record = data.refreshTokens[token], record.grant.clientID == clientID {
+                data.revokeGrant(record.grant.grantID)
+            }
+        }
+    }
+
+    var snapshot: SimulatorStats.OAuth {
+        data.withLock { data in
+            SimulatorStats.OAuth(
+                tokenCallsByGrant: data.tokenCallsByGrant,
+                tokenErrorsByCode: data.tokenErrorsByCode,
+                revocationsByHint: data.revocationsByHint,
+                resourceCalls: data.resourceCalls,
+                resourceRejections: data.resourceRejections,
+                authorizePages: data.authorizePages,
+                authorizeLogins: data.authorizeLogins,
+                authorizeFailures: data.authorizeFailures,
+                accessTokensIssued: data.accessTokensIssued,
+                refreshTokensIssued: data.refreshTokensIssued
+            )
+        }
+    }
+
+    struct PendingCode: Sendable {
+        let grant: OAuthGrant
+        /// The `redirect_uri` the authorization request carried (must come back at the token endpoint).
+        let redirectURI: String?
+        let codeChallenge: String?
+        let expires: ContinuousClock.Instant
+        var used = false
+    }
+
+    private struct AccessRecord {
+        let grant: OAuthGrant
+        let expires: ContinuousClock.Instant
+        var expired = false
+    }
+
+    private struct RefreshRecord {
+        let grant: OAuthGrant
+        var active = true
+    }
+
+    private struct Data {
+        var codes: [String: PendingCode] = [:]
+        var accessTokens: [String: AccessRecord] = [:]
+        var refreshTokens: [String: RefreshRecord] = [:]
+        var tokenCallsByGrant: [String: Int] = [:]
+        var tokenErrorsByCode: [String: Int] = [:]
+        var revocationsByHint: [String: Int] = [:]
+        var resourceCalls: [String: Int] = [:]
+        var resourceRejections: [String: Int] = [:]
+        var authorizePages = 0
+        var authorizeLogins = 0
+        var authorizeFailures = 0
+        var accessTokensIssued = 0
+        var refreshTokensIssued = 0
+        var pendingFailures = 0
+        var failure: InjectedTokenFailure?
+        var tokenDelay: Duration = .zero
+
+        mutating func revokeGrant(_ grantID: String) {
+            for (key, record) in accessTokens where record.grant.grantID == grantID { accessTokens[key]?.expired = true }
+            for (key, record) in refreshTokens where record.grant.grantID == grantID { refreshTokens[key]?.active = false }
+        }
+    }
+}
+
+/// RFC 7636 S256.
+enum PKCE {
+    static func challenge(for verifier: String) -> String {
+        Base64URL.encode(SHA256.hash(Array(verifier.utf8)))
+    }
+
+    /// 43…128 characters of `[A-Z a-z 0-9 - . _ ~]`.
+    static func isWellFormed(verifier: String) -> Bool {
+        let bytes = Array(verifier.utf8)
+        guard (43...128).contains(bytes.count) else { return false }
+        return bytes.allSatisfy { b in
+            (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || (b >= 0x30 && b <= 0x39) || b == 0x2D || b == 0x2E
+                || b == 0x5F || b == 0x7E
+        }
+    }
+}

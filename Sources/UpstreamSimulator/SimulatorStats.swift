@@ -1,0 +1,45 @@
+/// Every counter of the simulator, as `GET /sim/stats` returns it, so tests that run the
+/// simulator as a separate process can read them (decode this type from the JSON).
+public struct SimulatorStats: Codable, Sendable, Equatable {
+    public struct SMP: Codable, Sendable, Equatable {
+        public var sessionsCreated: Int
+        public var activeSessions: Int
+        public var basicChallenges: Int
+        public var registrations: Int
+        public var deletedRegistrations: Int
+        public var csrfFetches: Int
+        public var csrfRejections: Int
+        public var csrfAccepted: Int
+        public var secureUploadChallenges: Int
+        public var secureUploadSuccesses: Int
+    }
+
+    public struct OAuth: Codable, Sendable, Equatable {
+        public var tokenCallsByGrant: [String: Int]
+        public var tokenErrorsByCode: [String: Int]
+        public var revocationsByHint: [String: Int]
+        public var resourceCalls: [String: Int]
+        public var resourceRejections: [String: Int]
+        public var authorizePages: Int
+        public var authorizeLogins: Int
+        public var authorizeFailures: Int
+        public var accessTokensIssued: Int
+        public var refreshTokensIssued: Int
+    }
+
+    /// Requests per route, keyed like `"GET /api/data"` (see `SimulatorState.requests(route:)`).
+    public var requestsByRoute: [String: Int]
+    public var openStalls: Int
+    public var abandonedStalls: Int
+    public var smp: SMP
+    public var oauth: OAuth
+}
+
+extension SimulatorState {
+    /// A snapshot of every counter.
+    public var stats: SimulatorStats {
+        SimulatorStats(
+            requestsByRoute: requestsByRoute, openStalls: openStalls, abandonedStalls: abandonedStalls,
+            smp: smp.snapshot, oauth: oauth.snapshot)
+    }
+}
