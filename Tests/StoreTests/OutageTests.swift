@@ -64,6 +64,29 @@ import Testing
         }
     }
 
+    @Test func aDatabaseThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
+        let silent = try SilentServer()
+        let store = PostgresStore(
+            configuration: StoreConfiguration(
+                connectionString: "host=127.0.0.1 port=\(silent.port) user=parley dbname=parley sslmode=disable",
+                maxConnections: 2, acquireTimeout: .seconds(2), connectTimeout: .seconds(2)
+            ),
+            logger: quietLogger
+        )
+        let start = ContinuousClock.now
+        let codes = try await withThrowingTaskGroup(of: StoreError.Code?.self) { group in
+            for _ in 0..<6 {
+                group.addTask { await storeError { _ = try await store.query("SELECT 1 AS one") }?.code }
+            }
+            return try await group.reduce(into: [StoreError.Code?]()) { $0.append($1) }
+        }
+        let took = ContinuousClock.now - start
+        await store.shutdown()
+        #expect(codes.allSatisfy { $0 == .unavailable })
+        #expect(took < .seconds(5))
+        measured("unanswering database: 6 calls on a pool of 2 all failed within \(Int(took.milliseconds)) ms (connect timeout 2 s)")
+    }
+
     @Test func theListenerDeliversAndSurvivesARestart() async throws {
         try await PostgresServer.withServer { server in
             try await withStore(server.connectionString) { store in
