@@ -184,6 +184,7 @@ public final class PostgresStore: Sendable, Service {
         case .connection(let connection):
             if connection.checkAlive() { return connection }
             logger.debug("closing a pooled connection that broke while idle", metadata: ["db.connection.id": "\(connection.id)"])
+            state.withLock { $0.machine.replacingDeadConnection() }
             close(connection)
             return try await connectInSlot()
         case .connect:
@@ -250,22 +251,34 @@ public final class PostgresStore: Sendable, Service {
                 }
                 return UncheckedHandle(pointer: handle)
             }
+            state.withLock { $0.machine.connectSucceeded() }
             logger.debug("opened a database connection", metadata: ["db.connection.id": "\(id)"])
             return PostgresConnection(handle: handle.pointer, id: id, threadPool: threadPool)
         } catch {
-            let (next, drained) = state.withLock { $0.machine.connectFailed() }
-            if let next {
+            let unreachable = error is StoreError
+            let action = state.withLock { $0.machine.connectFailed(unreachable: unreachable) }
+            if let next = action.resume {
                 next.timeout.cancel()
                 next.continuation.resume(returning: .connect)
             }
-            if drained { resumeDrainWaiters() }
+            let failure: any Error
             if error is NIOThreadPoolError.ThreadPoolInactive {
-                throw StoreError.unavailable("the store has been shut down")
+                failure = StoreError.unavailable("the store has been shut down")
+            } else {
+                failure = error
+                if let storeError = error as? StoreError {
+                    logger.warning(
+                        "could not connect to the database",
+                        metadata: ["error": "\(storeError)", "db.pool.waiters.failed": "\(action.fail.count)"]
+                    )
+                }
             }
-            if let storeError = error as? StoreError {
-                logger.warning("could not connect to the database", metadata: ["error": "\(storeError)"])
+            for waiter in action.fail {
+                waiter.timeout.cancel()
+                waiter.continuation.resume(throwing: failure)
             }
-            throw error
+            if action.drained { resumeDrainWaiters() }
+            throw failure
         }
     }
 

@@ -124,13 +124,41 @@ import Testing
         #expect(machine.open == 1)
     }
 
-    @Test func aFailedConnectPassesTheSlotOn() {
+    @Test func aFailedConnectWithNothingEstablishedFailsEveryWaiter() {
+        var machine = Machine(maxConnections: 2)
+        _ = machine.acquire()
+        _ = machine.acquire()
+        _ = machine.enqueue(id: 1, waiter: "w1")
+        _ = machine.enqueue(id: 2, waiter: "w2")
+        let action = machine.connectFailed(unreachable: true)
+        #expect(action.fail == ["w1", "w2"])
+        #expect(action.resume == nil)
+        #expect(machine.open == 1)
+        #expect(machine.waitingCount == 0)
+        // The next caller tries again.
+        guard case .grant(.connect) = machine.acquire() else { Issue.record("expected a new attempt"); return }
+    }
+
+    @Test func aFailedConnectBesideEstablishedConnectionsPassesTheSlotOn() {
+        var machine = Machine(maxConnections: 2)
+        _ = machine.acquire()
+        machine.connectSucceeded()
+        _ = machine.acquire()
+        _ = machine.enqueue(id: 1, waiter: "w")
+        let action = machine.connectFailed(unreachable: true)
+        #expect(action.resume == "w")
+        #expect(action.fail.isEmpty)
+        #expect(machine.open == 2)
+        #expect(machine.connecting == 1)
+    }
+
+    @Test func aCancelledConnectPassesTheSlotOn() {
         var machine = Machine(maxConnections: 1)
         _ = machine.acquire()
         _ = machine.enqueue(id: 1, waiter: "w")
-        #expect(machine.connectFailed().resume == "w")
+        #expect(machine.connectFailed(unreachable: false).resume == "w")
         #expect(machine.open == 1)
-        #expect(machine.connectFailed().resume == nil)
+        #expect(machine.connectFailed(unreachable: false).resume == nil)
         #expect(machine.open == 0)
     }
 
