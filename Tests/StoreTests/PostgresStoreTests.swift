@@ -189,24 +189,13 @@ import Testing
 
     @Test func waitingLongerThanTheAcquireTimeoutIsUnavailable() async throws {
         try await withStore(try await freshDatabase(), maxConnections: 1, acquireTimeout: .milliseconds(300)) { store in
-            let (held, holding) = AsyncStream<Void>.makeStream()
-            let (released, release) = AsyncStream<Void>.makeStream()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    try await store.withConnection { _ in
-                        holding.yield()
-                        for await _ in released { break }
-                    }
-                }
-                for await _ in held { break }
+            try await whileHoldingTheOnlyConnection(of: store) {
                 let start = ContinuousClock.now
                 let error = await storeError { _ = try await store.query("SELECT 1 AS one") }
                 let waited = ContinuousClock.now - start
                 #expect(error?.code == .unavailable)
                 #expect(waited >= .milliseconds(250))
                 #expect(waited < .seconds(2))
-                release.yield()
-                try await group.waitForAll()
             }
             #expect(try await store.query("SELECT 1 AS one").first?.int("one") == 1)
         }
@@ -214,23 +203,12 @@ import Testing
 
     @Test func aCancelledWaiterLeavesTheQueue() async throws {
         try await withStore(try await freshDatabase(), maxConnections: 1, acquireTimeout: .seconds(30)) { store in
-            let (held, holding) = AsyncStream<Void>.makeStream()
-            let (released, release) = AsyncStream<Void>.makeStream()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    try await store.withConnection { _ in
-                        holding.yield()
-                        for await _ in released { break }
-                    }
-                }
-                for await _ in held { break }
+            try await whileHoldingTheOnlyConnection(of: store) {
                 let waiter = Task { try await store.query("SELECT 1 AS one") }
                 try await eventually("the waiter to queue") { store.statistics.waiting == 1 }
                 waiter.cancel()
                 await #expect(throws: CancellationError.self) { _ = try await waiter.value }
                 #expect(store.statistics.waiting == 0)
-                release.yield()
-                try await group.waitForAll()
             }
         }
     }
@@ -253,5 +231,28 @@ import Testing
             }
         }
         #expect(error?.code == .unavailable)
+    }
+
+    /// Runs `body` while another task holds the pool's only connection, then lets it go.
+    private func whileHoldingTheOnlyConnection(of store: PostgresStore, _ body: () async throws -> Void) async throws {
+        let (held, holding) = AsyncStream<Void>.makeStream()
+        let (released, release) = AsyncStream<Void>.makeStream()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await store.withConnection { _ in
+                    holding.yield()
+                    for await _ in released { break }
+                }
+            }
+            for await _ in held { break }
+            do {
+                try await body()
+            } catch {
+                release.yield()
+                throw error
+            }
+            release.yield()
+            try await group.waitForAll()
+        }
     }
 }
