@@ -50,7 +50,7 @@ public final class PostgresServer: Sendable {
     public static func start() async throws -> PostgresServer {
         let bin = try findBinDirectory()
         let directory = try makeDirectory()
-        let port = try freePort()
+        let port = try LoopbackSocket(listening: false).port
         let server = PostgresServer(port: port, directory: directory, binDirectory: bin)
         registry.withLock { $0[directory] = Leftover(bin: bin, data: directory + "/data") }
         do {
@@ -310,31 +310,6 @@ public final class PostgresServer: Sendable {
             }
         }
         return directory
-    }
-
-    /// A port the kernel just handed out for 127.0.0.1.
-    private static func freePort() throws -> Int {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw Failure(description: "cannot create a socket to find a free port") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0 else { throw Failure(description: "cannot bind a socket to find a free port") }
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw Failure(description: "cannot read the bound port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     // MARK: process-wide cleanup

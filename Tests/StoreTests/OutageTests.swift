@@ -65,7 +65,7 @@ import Testing
     }
 
     @Test func aDatabaseThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
-        let silent = try SilentServer()
+        let silent = try LoopbackSocket(listening: true)
         let store = PostgresStore(
             configuration: StoreConfiguration(
                 connectionString: "host=127.0.0.1 port=\(silent.port) user=parley dbname=parley sslmode=disable",

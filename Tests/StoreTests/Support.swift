@@ -87,29 +87,3 @@ final class Locked<Value: Sendable>: Sendable {
     func withLock<T>(_ body: (inout sending Value) throws -> sending T) rethrows -> sending T { try mutex.withLock(body) }
     var value: Value { mutex.withLock { $0 } }
 }
-
-/// A TCP port on 127.0.0.1 that accepts connections (the kernel completes the handshake) but
-/// never answers: what a hung or black-holed database looks like to a client.
-final class SilentServer {
-    let port: Int
-    private let fd: Int32
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        guard bound == 0, listen(fd, 64) == 0 else { throw DeadlineExceeded(description: "cannot listen") }
-    }
-
-    deinit { close(fd) }
-}
