@@ -33,19 +33,18 @@ public final class PostgresStore: Sendable, Service {
     public let configuration: StoreConfiguration
     let logger: Logger
     let threadPool: NIOThreadPool
-    private let eventLoop: any EventLoop
     private let state: Mutex<State>
     private static let connectionIDs = Atomic<Int>(0)
 
     /// Creates the pool. No connection is opened until one is needed; the pool's worker threads
-    /// (one per possible connection) start here and stop in ``shutdown()``.
+    /// (one per possible connection) start here and stop in ``shutdown()``, which every pool
+    /// needs (or run it as a `Service`).
     public init(configuration: StoreConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
         let threadPool = NIOThreadPool(numberOfThreads: max(1, configuration.maxConnections))
         threadPool.start()
         self.threadPool = threadPool
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         self.state = Mutex(State(machine: StateMachine(maxConnections: configuration.maxConnections)))
     }
 
@@ -204,7 +203,8 @@ public final class PostgresStore: Sendable, Service {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                let timer = eventLoop.scheduleTask(in: .nanoseconds(Self.nanoseconds(timeout))) { [weak self] in
+                // The timer runs on NIO's shared event loops (only taken when a caller has to wait).
+                let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(Self.nanoseconds(timeout))) { [weak self] in
                     guard let self else { return }
                     self.giveUp(waiterID: id, with: StoreError.unavailable("timed out waiting for a database connection"))
                 }
