@@ -50,7 +50,7 @@ public final class PostgresServer: Sendable {
     public static func start() async throws -> PostgresServer {
         let bin = try findBinDirectory()
         let directory = try makeDirectory()
-        let port = try freePort()
+        let port = try LoopbackSocket(listening: false).port
         let server = PostgresServer(port: port, directory: directory, binDirectory: bin)
         registry.withLock { $0[directory] = Leftover(bin: bin, data: directory + "/data") }
         do {
@@ -165,36 +165,18 @@ public final class PostgresServer: Sendable {
 
     private static let isRoot = getuid() == 0
 
-    /// Runs a PostgreSQL binary (as `postgres` when we are root) and waits for it without
-    /// blocking a thread.
+    /// Runs a PostgreSQL binary (as `postgres` when we are root) and waits for it on a thread of
+    /// its own, so no task blocks.
     private func command(_ tool: String, _ arguments: [String]) async throws {
-        let executable = binDirectory + "/" + tool
+        let argv = try Self.argv(binDirectory + "/" + tool, arguments)
         let outputPath = directory + "/\(tool).out"
-        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        guard let output = FileHandle(forWritingAtPath: outputPath) else {
-            throw Failure(description: "cannot write \(outputPath)")
-        }
-        defer { try? output.close() }
-        let process = Process()
-        if Self.isRoot {
-            process.executableURL = URL(fileURLWithPath: try Self.runuser())
-            process.arguments = ["-u", "postgres", "--", executable] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
-        }
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = output
-        process.standardError = output
+        let directory = self.directory
         let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do {
-                try process.run()
-            } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: Failure(description: "cannot run \(executable): \(error)"))
+            let thread = Thread {
+                continuation.resume(with: Result { try Self.spawnAndWait(argv, output: outputPath, directory: directory) })
             }
+            thread.name = "parley-postgres-\(tool)"
+            thread.start()
         }
         guard status == 0 else {
             let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
@@ -202,23 +184,68 @@ public final class PostgresServer: Sendable {
         }
     }
 
-    /// `pg_ctl stop -m immediate`, synchronously: for `deinit` and process exit. Uses
-    /// posix_spawn and waitpid, not Foundation's `Process`, whose run-loop thread cannot be
-    /// relied on while the process exits (an `atexit` handler that used it hung the test run).
+    /// `pg_ctl stop -m immediate`, synchronously: for `deinit` and process exit.
     private static func stopImmediately(binDirectory: String, dataDirectory: String) {
-        let pgCtl = binDirectory + "/pg_ctl"
-        var arguments = [pgCtl, "-D", dataDirectory, "-m", "immediate", "-w", "-t", "30", "stop"]
-        if isRoot, let runuser = try? runuser() { arguments = [runuser, "-u", "postgres", "--"] + arguments }
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { for p in argv { free(p) } }
-        var fileActions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&fileActions)
-        defer { posix_spawn_file_actions_destroy(&fileActions) }
-        for fd: Int32 in [0, 1, 2] { posix_spawn_file_actions_addopen(&fileActions, fd, "/dev/null", O_RDWR, 0) }
+        let arguments = ["-D", dataDirectory, "-m", "immediate", "-w", "-t", "30", "stop"]
+        guard let argv = try? argv(binDirectory + "/pg_ctl", arguments) else { return }
+        _ = try? spawnAndWait(argv, output: nil, directory: nil)
+    }
+
+    private static func argv(_ executable: String, _ arguments: [String]) throws -> [String] {
+        isRoot ? [try runuser(), "-u", "postgres", "--", executable] + arguments : [executable] + arguments
+    }
+
+    /// `posix_spawn` and `waitpid`; returns the exit status (or 128 + signal).
+    ///
+    /// Not Foundation's `Process`: on Linux it notices a child's exit when a socket it hands the
+    /// child closes, and `pg_ctl start` passes that socket on to the postmaster, which keeps it
+    /// open for its whole life — `pg_ctl start` then never "ends". Here the child gets only
+    /// stdin (/dev/null), stdout and stderr; every other descriptor is closed.
+    private static func spawnAndWait(_ argv: [String], output: String?, directory: String?) throws -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        if let closeFrom = SpawnExtensions.addCloseFrom {
+            _ = closeFrom(&actions, 3)
+        } else {
+            // Older C libraries: close what is open now (descriptors opened meanwhile by other
+            // threads may leak, which only matters for ones without FD_CLOEXEC).
+            let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            for fd in open.compactMap(Int32.init) where fd > 2 {
+                posix_spawn_file_actions_addclose(&actions, fd)
+            }
+        }
+        if let directory, let chdir = SpawnExtensions.addChdir {
+            _ = chdir(&actions, directory)
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var cArguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
         var pid: pid_t = 0
-        guard posix_spawn(&pid, argv[0]!, &fileActions, nil, &argv, environ) == 0 else { return }
+        let spawned = posix_spawn(&pid, argv[0], &actions, &attributes, &cArguments, environ)
+        guard spawned == 0 else {
+            throw Failure(description: "cannot run \(argv[0]): \(String(cString: strerror(spawned)))")
+        }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { throw Failure(description: "waitpid failed for \(argv[0])") }
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
     }
 
     private func appendConfiguration(_ lines: [String]) throws {
@@ -285,31 +312,6 @@ public final class PostgresServer: Sendable {
         return directory
     }
 
-    /// A port the kernel just handed out for 127.0.0.1.
-    private static func freePort() throws -> Int {
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw Failure(description: "cannot create a socket to find a free port") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0 else { throw Failure(description: "cannot bind a socket to find a free port") }
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw Failure(description: "cannot read the bound port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     // MARK: process-wide cleanup
 
     private static let sharedServer = Mutex<Task<PostgresServer, any Error>?>(nil)
@@ -333,4 +335,19 @@ public final class PostgresServer: Sendable {
         }
         return Mutex([:])
     }()
+}
+
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34) and `…_addchdir_np` (2.29), which
+/// the Swift Glibc module does not import; looked up at run time.
+private enum SpawnExtensions {
+    typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    typealias Chdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+
+    static let addCloseFrom: CloseFrom? = lookup("posix_spawn_file_actions_addclosefrom_np")
+    static let addChdir: Chdir? = lookup("posix_spawn_file_actions_addchdir_np")
+
+    private static func lookup<F>(_ name: String) -> F? {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }
+        return unsafeBitCast(symbol, to: F.self)
+    }
 }

@@ -2,9 +2,13 @@
 /// runs after it has let go of its lock (postgres-nio's `ConnectionPool` works the same way).
 ///
 /// A *slot* is the right to hold one connection. `open` counts slots in use: idle connections,
-/// leased connections and connection attempts. It never exceeds `maxConnections`. A caller who
-/// gets `.connect` owns a slot and must either connect or give the slot back with
+/// leased connections and connection attempts (`connecting`). It never exceeds `maxConnections`.
+/// A caller who gets `.connect` owns a slot and must report `connectSucceeded()` or
 /// `connectFailed()`.
+///
+/// When an attempt fails while the pool holds no established connection, the database is taken
+/// to be unreachable and every waiter fails at once rather than inheriting the slot and waiting
+/// out another connect timeout: calls fail fast during an outage, and the next caller tries again.
 struct PoolStateMachine<Connection, Waiter> {
     enum Grant {
         /// Use this idle connection (check it is still alive first).
@@ -43,6 +47,7 @@ struct PoolStateMachine<Connection, Waiter> {
 
     let maxConnections: Int
     private(set) var open = 0
+    private(set) var connecting = 0
     private(set) var peakOpen = 0
     private var idle: [Connection] = []
     private var waiters: [(id: Int, waiter: Waiter)] = []
@@ -93,19 +98,44 @@ struct PoolStateMachine<Connection, Waiter> {
         } else if !waiters.isEmpty {
             // The freed slot goes to the longest waiter, who connects.
             open += 1
+            connecting += 1
             action.resume = (waiters.removeFirst().waiter, .connect)
         }
         return action
     }
 
-    /// A connection attempt in a granted slot failed (or an idle connection was found dead and
-    /// the attempt to replace it failed). Returns the waiter who inherits the slot, if any.
-    mutating func connectFailed() -> (resume: Waiter?, drained: Bool) {
+    struct ConnectFailedAction {
+        /// The waiter who inherits the slot and connects.
+        var resume: Waiter?
+        /// Waiters to fail with the connection error: nothing established is left to serve them.
+        var fail: [Waiter] = []
+        var drained = false
+    }
+
+    mutating func connectSucceeded() {
+        connecting -= 1
+    }
+
+    /// A connection attempt in a granted slot failed; `unreachable` is false when it was only
+    /// cancelled.
+    mutating func connectFailed(unreachable: Bool) -> ConnectFailedAction {
         open -= 1
-        if isShutDown { return (nil, open == 0) }
-        guard !waiters.isEmpty else { return (nil, false) }
+        connecting -= 1
+        if isShutDown { return ConnectFailedAction(drained: open == 0) }
+        guard !waiters.isEmpty else { return ConnectFailedAction() }
+        if unreachable, open - connecting == 0 {
+            let fail = waiters.map(\.waiter)
+            waiters.removeAll()
+            return ConnectFailedAction(fail: fail)
+        }
         open += 1
-        return (waiters.removeFirst().waiter, false)
+        connecting += 1
+        return ConnectFailedAction(resume: waiters.removeFirst().waiter)
+    }
+
+    /// A granted idle connection turned out dead: its slot becomes a connection attempt.
+    mutating func replacingDeadConnection() {
+        connecting += 1
     }
 
     /// Stop: idle connections close, waiters fail, leased connections close when they return.
@@ -124,6 +154,7 @@ struct PoolStateMachine<Connection, Waiter> {
         if let connection = idle.popLast() { return .connection(connection) }
         if open < maxConnections {
             open += 1
+            connecting += 1
             peakOpen = max(peakOpen, open)
             return .connect
         }

@@ -58,9 +58,20 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// Reads whatever the server sent while the connection sat idle (never blocks) and says
     /// whether the connection survived it: a server that shut down or restarted has closed it.
+    ///
+    /// A server shutting down first sends a FATAL message and then closes: one read consumes the
+    /// message, the next sees the end of the stream. So read while the socket has something.
     func checkAlive() -> Bool {
-        guard isConnected else { return false }
-        return PQconsumeInput(handle) == 1 && isConnected && PQtransactionStatus(handle) == PQTRANS_IDLE
+        for _ in 0..<8 {
+            guard isConnected, PQtransactionStatus(handle) == PQTRANS_IDLE else { return false }
+            var socket = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+            let ready = poll(&socket, 1, 0)
+            if ready == 0 { return true }
+            if ready < 0 { return errno == EINTR && isConnected }
+            guard PQconsumeInput(handle) == 1 else { return false }
+        }
+        // Still readable after several reads: an idle connection should not be this chatty.
+        return false
     }
 
     /// `PQfinish`, exactly once however often it is called.

@@ -33,19 +33,18 @@ public final class PostgresStore: Sendable, Service {
     public let configuration: StoreConfiguration
     let logger: Logger
     let threadPool: NIOThreadPool
-    private let eventLoop: any EventLoop
     private let state: Mutex<State>
     private static let connectionIDs = Atomic<Int>(0)
 
     /// Creates the pool. No connection is opened until one is needed; the pool's worker threads
-    /// (one per possible connection) start here and stop in ``shutdown()``.
+    /// (one per possible connection) start here and stop in ``shutdown()``, which every pool
+    /// needs (or run it as a `Service`).
     public init(configuration: StoreConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
         let threadPool = NIOThreadPool(numberOfThreads: max(1, configuration.maxConnections))
         threadPool.start()
         self.threadPool = threadPool
-        self.eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         self.state = Mutex(State(machine: StateMachine(maxConnections: configuration.maxConnections)))
     }
 
@@ -184,6 +183,7 @@ public final class PostgresStore: Sendable, Service {
         case .connection(let connection):
             if connection.checkAlive() { return connection }
             logger.debug("closing a pooled connection that broke while idle", metadata: ["db.connection.id": "\(connection.id)"])
+            state.withLock { $0.machine.replacingDeadConnection() }
             close(connection)
             return try await connectInSlot()
         case .connect:
@@ -203,7 +203,8 @@ public final class PostgresStore: Sendable, Service {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                let timer = eventLoop.scheduleTask(in: .nanoseconds(Self.nanoseconds(timeout))) { [weak self] in
+                // The timer runs on NIO's shared event loops (only taken when a caller has to wait).
+                let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(Self.nanoseconds(timeout))) { [weak self] in
                     guard let self else { return }
                     self.giveUp(waiterID: id, with: StoreError.unavailable("timed out waiting for a database connection"))
                 }
@@ -250,22 +251,34 @@ public final class PostgresStore: Sendable, Service {
                 }
                 return UncheckedHandle(pointer: handle)
             }
+            state.withLock { $0.machine.connectSucceeded() }
             logger.debug("opened a database connection", metadata: ["db.connection.id": "\(id)"])
             return PostgresConnection(handle: handle.pointer, id: id, threadPool: threadPool)
         } catch {
-            let (next, drained) = state.withLock { $0.machine.connectFailed() }
-            if let next {
+            let unreachable = error is StoreError
+            let action = state.withLock { $0.machine.connectFailed(unreachable: unreachable) }
+            if let next = action.resume {
                 next.timeout.cancel()
                 next.continuation.resume(returning: .connect)
             }
-            if drained { resumeDrainWaiters() }
+            let failure: any Error
             if error is NIOThreadPoolError.ThreadPoolInactive {
-                throw StoreError.unavailable("the store has been shut down")
+                failure = StoreError.unavailable("the store has been shut down")
+            } else {
+                failure = error
+                if let storeError = error as? StoreError {
+                    logger.warning(
+                        "could not connect to the database",
+                        metadata: ["error": "\(storeError)", "db.pool.waiters.failed": "\(action.fail.count)"]
+                    )
+                }
             }
-            if let storeError = error as? StoreError {
-                logger.warning("could not connect to the database", metadata: ["error": "\(storeError)"])
+            for waiter in action.fail {
+                waiter.timeout.cancel()
+                waiter.continuation.resume(throwing: failure)
             }
-            throw error
+            if action.drained { resumeDrainWaiters() }
+            throw failure
         }
     }
 

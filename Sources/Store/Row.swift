@@ -1,5 +1,6 @@
 public import struct Foundation.Date
 public import struct Foundation.UUID
+import ParleyCrypto
 
 /// The column names and types of a result, shared by all its rows.
 final class RowDescription: Sendable {
@@ -151,26 +152,7 @@ public struct Row: Sendable {
 
     /// Decodes `bytea`'s hex output format, `\x0a1b…`.
     static func decodeByteaHex(_ text: String) -> [UInt8]? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x"), utf8.count % 2 == 0 else {
-            return nil
-        }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: c - 48
-            case 97...102: c - 87
-            case 65...70: c - 55
-            default: nil
-            }
-        }
-        var out = [UInt8]()
-        out.reserveCapacity((utf8.count - 2) / 2)
-        var i = 2
-        while i < utf8.count {
-            guard let hi = nibble(utf8[i]), let lo = nibble(utf8[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
+        guard text.hasPrefix("\\x") else { return nil }
+        return Hex.decode(String(text.dropFirst(2)))
     }
 }

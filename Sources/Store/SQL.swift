@@ -1,5 +1,6 @@
 public import struct Foundation.Date
 public import struct Foundation.UUID
+import ParleyCrypto
 
 /// A PostgreSQL type, by OID, that a bound parameter is declared as.
 ///
@@ -74,18 +75,7 @@ extension Double: SQLBindable {
 /// `[UInt8]` binds as `bytea`.
 extension Array: SQLBindable where Element == UInt8 {
     public static var sqlType: SQLType { .bytea }
-    public var sqlText: String {
-        let digits: [UInt8] = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(2 + count * 2)
-        out.append(UInt8(ascii: "\\"))
-        out.append(UInt8(ascii: "x"))
-        for byte in self {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    public var sqlText: String { "\\x" + Hex.encode(self) }
 }
 
 extension Date: SQLBindable {
