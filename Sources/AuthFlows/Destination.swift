@@ -33,6 +33,10 @@ public struct Destination: Sendable, Decodable, Equatable {
         /// Base64 PKCS#12.
         public var pkcs12: String
         public var password: String?
+        public init(pkcs12: String, password: String?) {
+            self.pkcs12 = pkcs12
+            self.password = password
+        }
     }
 
     public struct TimeoutSettings: Sendable, Decodable, Equatable {

@@ -41,7 +41,9 @@ public enum RawHTTP {
     public static func request(
         port: Int, method: String, target: String, headers: [(String, String)] = [], body: [UInt8] = [], timeout: Int = 30
     ) async throws -> RawHTTPResponse {
-        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n"
+        // One Connection header only: NIO keeps the connection open when it gets two.
+        if !headers.contains(where: { $0.0.lowercased() == "connection" }) { head += "Connection: close\r\n" }
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method) { head += "Content-Length: \(body.count)\r\n" }
         head += "\r\n"
@@ -50,7 +52,7 @@ public enum RawHTTP {
 
     /// Sends raw bytes and parses what comes back (until the server closes).
     public static func send(port: Int, bytes: [UInt8], timeout: Int = 30) async throws -> RawHTTPResponse {
-        let received = try await NIOThreadPool.singleton.runIfActive { try exchange(port: port, bytes: bytes, timeout: timeout) }
+        let received = try await runOnOwnThread { try exchange(port: port, bytes: bytes, timeout: timeout) }
         return try parse(received)
     }
 

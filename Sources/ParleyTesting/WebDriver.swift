@@ -236,7 +236,7 @@ enum WebDriverHTTP {
             head += "Content-Type: application/json; charset=utf-8\r\nContent-Length: \(body.count)\r\n"
         }
         let bytes = Array((head + "\r\n").utf8) + body
-        return try await NIOThreadPool.singleton.runIfActive { try exchange(port: port, bytes: bytes, timeout: timeout) }
+        return try await runOnOwnThread { try exchange(port: port, bytes: bytes, timeout: timeout) }
     }
 
     private static func exchange(port: Int, bytes: [UInt8], timeout: Int) throws -> Response {

@@ -72,6 +72,15 @@ func withLiveParley<T: Sendable>(
     adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
     _ body: @Sendable (LiveParley) async throws -> T
 ) async throws -> T {
+    try await withLiveParley(setUp: { port in destinations("http://127.0.0.1:\(port)") }, adjust: adjust, body)
+}
+
+/// As above, with an async set-up that sees the simulator's port (to put a TLS front before it, say).
+func withLiveParley<T: Sendable>(
+    setUp: @escaping @Sendable (_ simulatorPort: Int) async throws -> [Destination],
+    adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
+    _ body: @Sendable (LiveParley) async throws -> T
+) async throws -> T {
     let postgres = try await PostgresServer.shared()
     let databaseURL = try await postgres.createDatabase()
     return try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulatorState in
@@ -82,7 +91,7 @@ func withLiveParley<T: Sendable>(
         defer { try? FileManager.default.removeItem(atPath: spool) }
         var configuration = ParleyConfiguration(
             databaseURL: databaseURL, listenPort: 0, publicURL: "http://127.0.0.1:0", keyRing: testKeyRing(),
-            adminTokens: ["admin-token-0123456789"], destinations: destinations("http://127.0.0.1:\(simulatorPort)"),
+            adminTokens: ["admin-token-0123456789"], destinations: try await setUp(simulatorPort),
             memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
         adjust(&configuration)
         let transport = CurlTransport(logger: quietLogger)

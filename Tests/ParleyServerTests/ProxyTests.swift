@@ -59,7 +59,7 @@ import Testing
             let echo = try await live.request(
                 "GET", "/v1/proxy/echo/h", token: token,
                 headers: [
-                    ("Cookie", "client=1"), ("X-Forwarded-For", "10.0.0.1"), ("Forwarded", "for=10.0.0.1"), ("Connection", "X-Drop"),
+                    ("Cookie", "client=1"), ("X-Forwarded-For", "10.0.0.1"), ("Forwarded", "for=10.0.0.1"), ("Connection", "close, X-Drop"),
                     ("X-Drop", "1"), ("Proxy-Authorization", "Basic eA=="), ("TE", "trailers"), ("X-Keep", "kept"),
                 ])
             #expect(echo.status == 200)

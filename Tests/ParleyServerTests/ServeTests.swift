@@ -1,0 +1,114 @@
+import Foundation
+import ParleyTesting
+import Testing
+import UpstreamSimulator
+
+/// The real `parley` binary against a real PostgreSQL: readiness, migrations,
+/// graceful shutdown, store outages, configuration errors.
+@Suite(.serialized) struct ServeTests {
+    static let keys = "k1:" + Data(repeating: 9, count: 32).base64EncodedString()
+
+    static func destinationsFile(simulatorPort: Int) throws -> String {
+        let path = NSTemporaryDirectory() + "parley-destinations-\(UUID().uuidString).yaml"
+        try """
+        destinations:
+          - name: sim
+            url: http://127.0.0.1:\(simulatorPort)
+            basic: {}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    static func environment(database: String, destinations: String) -> [String: String] {
+        [
+            "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": keys, "PARLEY_DESTINATIONS": destinations,
+            "PARLEY_MIGRATIONS_DIR": migrationsDirectory, "PARLEY_LOG_LEVEL": "info",
+        ]
+    }
+
+    @Test func readyOnlyAfterMigrationsAreApplied() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        var env = Self.environment(database: database, destinations: try Self.destinationsFile(simulatorPort: 1))
+        env["PARLEY_MIGRATE_ON_START"] = "false"
+        let parley = try await ParleyProcess.start(environment: env)
+        defer { Task { await parley.stop() } }
+        let before = try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz")
+        #expect(before.status == 503)
+        #expect(before.json?["code"] as? String == "store_unavailable")
+        #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/healthz").status == 200)
+
+        let migrate = try await ParleyProcess.start(arguments: ["migrate"], environment: env, waitForReady: false)
+        #expect(try await migrate.waitForExit() == 0)
+        #expect(migrate.log.contains("migrations applied: 0001_initial.sql"))
+        let again = try await ParleyProcess.start(arguments: ["migrate"], environment: env, waitForReady: false)
+        #expect(try await again.waitForExit() == 0)
+        #expect(again.log.contains("up to date"))
+
+        #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz").status == 200)
+        await parley.stop()
+    }
+
+    @Test func sigtermLetsInFlightRequestsFinish() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
+            let env = Self.environment(database: database, destinations: try Self.destinationsFile(simulatorPort: simulatorPort))
+            let parley = try await ParleyProcess.start(environment: env)
+            let created = try await RawHTTP.request(
+                port: parley.port, method: "POST", target: "/v1/registrations", headers: [("Content-Type", "application/json")],
+                body: Array(#"{"destination":"sim"}"#.utf8))
+            let token = try #require(created.json?["clientToken"] as? String)
+            async let slow = RawHTTP.request(
+                port: parley.port, method: "GET", target: "/v1/proxy/slow?ms=1500", headers: [("Authorization", "Bearer \(token)")])
+            await simulator.waitForRequests(route: "GET /slow", count: 1)
+            parley.signal(SIGTERM)
+            let response = try await slow
+            #expect(response.status == 200)
+            #expect(try await parley.waitForExit() == 0)
+            #expect(!parley.log.contains(token), "the client token was logged")
+        }
+    }
+
+    @Test func storeOutageAnswers503AndRecoversWithoutRestart() async throws {
+        try await PostgresServer.withServer { postgres in
+            let env = Self.environment(database: postgres.connectionString, destinations: try Self.destinationsFile(simulatorPort: 1))
+            let parley = try await ParleyProcess.start(environment: env)
+            defer { Task { await parley.stop() } }
+            let created = try await RawHTTP.request(
+                port: parley.port, method: "POST", target: "/v1/registrations", headers: [("Content-Type", "application/json")],
+                body: Array(#"{"destination":"sim"}"#.utf8))
+            let token = try #require(created.json?["clientToken"] as? String)
+            let auth = [("Authorization", "Bearer \(token)")]
+            #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/v1/registrations/me", headers: auth).status == 200)
+
+            try await postgres.stop()
+            let started = ContinuousClock.now
+            let down = try await RawHTTP.request(port: parley.port, method: "GET", target: "/v1/registrations/me", headers: auth)
+            #expect(ContinuousClock.now - started < .seconds(5), "fails fast")
+            #expect(down.status == 503)
+            #expect(down.json?["code"] as? String == "store_unavailable")
+            #expect(down.header("Retry-After") != nil)
+            #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz").status == 503)
+
+            try await postgres.start()
+            let up = try await RawHTTP.request(port: parley.port, method: "GET", target: "/v1/registrations/me", headers: auth)
+            #expect(up.status == 200)
+            #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz").status == 200)
+            await parley.stop()
+        }
+    }
+
+    @Test func configurationProblemsAreAllReportedAtStart() async throws {
+        let parley = try await ParleyProcess.start(
+            environment: ["PARLEY_ENCRYPTION_KEYS": "k1:tooshort,bad", "PARLEY_MAX_JSON_BYTES": "x"],
+            waitForReady: false)
+        #expect(try await parley.waitForExit() == 78)
+        let log = parley.log
+        #expect(log.contains("PARLEY_DATABASE_URL is not set"))
+        #expect(log.contains("PARLEY_ENCRYPTION_KEYS"))
+        #expect(log.contains("PARLEY_DESTINATIONS is not set"))
+        #expect(log.contains("PARLEY_MAX_JSON_BYTES"))
+        #expect(!log.contains("tooshort"), "key material is not echoed")
+    }
+}
