@@ -38,18 +38,28 @@ public struct DestinationConfigurator: Sendable {
     public let csrfTokens: CSRFTokenCache
     public let clock: any WallClock
     public let observers: [any ConversationObserver]
+    public let oauth2: OAuth2Broker?
     public let logger: Logger
 
     public init(
         transport: any Transport, cookieRecords: any CookieRecords, csrfTokens: CSRFTokenCache, clock: any WallClock,
-        observers: [any ConversationObserver] = [], logger: Logger
+        observers: [any ConversationObserver] = [], oauth2: OAuth2Broker? = nil, logger: Logger
     ) {
         self.transport = transport
         self.cookieRecords = cookieRecords
         self.csrfTokens = csrfTokens
         self.clock = clock
         self.observers = observers
+        self.oauth2 = oauth2
         self.logger = logger
+    }
+
+    /// The token-endpoint client for a destination with an OAuth2 block.
+    public func tokenEndpoint(for destination: Destination) -> TokenEndpointClient? {
+        guard let settings = try? OAuth2Settings(destination: destination) else { return nil }
+        return TokenEndpointClient(
+            settings: settings, transport: transport, tls: tlsOptions(for: destination, registration: RegistrationMaterial(registrationID: "")),
+            clock: clock)
     }
 
     public func makeManager(for destination: Destination, registration: RegistrationMaterial) -> ConversationManager {
@@ -67,10 +77,18 @@ public struct DestinationConfigurator: Sendable {
         if destination.basic != nil, let credentials = registration.credentials {
             challengeFilters.append(BasicChallengeFilter(credentials: credentials))
         }
+        // CSRF before OAuth2: the CSRF fetch runs on a copy without the filters already
+        // run, so it still passes the OAuth2 filter and carries a bearer token.
         if destination.csrfEnabled {
             let csrf = CSRFFilter(registrationID: registration.registrationID, cache: csrfTokens)
             requestFilters.append(csrf)
             responseFilters.append(csrf)
+        }
+        if let broker = oauth2, let endpoint = tokenEndpoint(for: destination) {
+            let participant = OAuth2Participant(
+                broker: broker, endpoint: endpoint, registrationID: registration.registrationID, credentials: registration.credentials)
+            requestFilters.append(OAuth2RequestFilter(participant))
+            responseFilters.append(OAuth2ResponseFilter(participant))
         }
         var logger = logger
         logger[metadataKey: "destination"] = .string(destination.name)

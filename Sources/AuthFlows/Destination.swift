@@ -73,6 +73,12 @@ public struct Destination: Sendable, Decodable, Equatable {
         public var clientAuthentication: String?
         public var scopes: [String]?
         public var scopeKeys: [ScopeKeyRule]?
+        public var challenge: Challenge?
+
+        public struct Challenge: Sendable, Decodable, Equatable {
+            public var statuses: [Int]?
+            public var sapStatusHeader: Bool?
+        }
 
         public struct ScopeKeyRule: Sendable, Decodable, Equatable {
             public var prefix: String
@@ -127,6 +133,9 @@ public struct Destination: Sendable, Decodable, Equatable {
         if let limit = maxRequestBodyBytes, limit < 0 { out.append("destination '\(name)': maxRequestBodyBytes must be >= 0") }
         if let cert = clientCertificate, Base64.decode(cert.pkcs12) == nil {
             out.append("destination '\(name)': clientCertificate.pkcs12 is not base64")
+        }
+        if oauth2 != nil {
+            do { _ = try OAuth2Settings(destination: self) } catch let e as OAuth2Settings.Invalid { out += e.problems } catch {}
         }
         if let appId = smp?.appId, appId.isEmpty || appId.contains("/") || appId.contains("?") {
             out.append("destination '\(name)': smp.appId must be a non-empty name without '/' or '?'")

@@ -1,3 +1,4 @@
+import AuthFlows
 import Conversation
 import Hummingbird
 import ParleyCrypto
@@ -17,6 +18,15 @@ extension Problem {
             case .invalidRequest: return Problem(.badGateway, .upstreamUnavailable, "the upstream request could not be made: \(error.detail)")
             case .bodyTooLarge: return Problem(.badGateway, .upstreamUnavailable, "the upstream answer was larger than Parley accepts")
             case .cancelled: return Problem(.badGateway, .upstreamUnavailable, "the upstream exchange was cancelled")
+            }
+        case let error as OAuth2Error:
+            switch error.code {
+            case .temporarilyUnavailable:
+                var problem = Problem(.serviceUnavailable, .upstreamUnavailable, "the authorization server is unavailable; try again later")
+                problem.headers[.retryAfter] = String(max(1, error.retryAfter?.components.seconds ?? 5))
+                return problem
+            case .refused:
+                return Problem(.forbidden, .upstreamUnauthorized, error.detail)
             }
         case let error as ConversationError:
             return Problem(.badGateway, .upstreamUnavailable, "the upstream conversation did not settle: \(error.detail)")

@@ -4,6 +4,7 @@ import Foundation
 public import Logging
 import ParleyCrypto
 public import Store
+public import ServiceLifecycle
 
 /// Everything a Parley instance holds, built once at start. Handlers borrow it;
 /// nothing in it is per request except what conversation managers keep lazily.
@@ -16,10 +17,15 @@ public final class Parley: Sendable {
     public let logger: Logger
     let registrations: RegistrationRepository
     let cookies: CookieRepository
+    let tokens: TokenRepository
+    let flows: FlowRepository
     let audit: AuditLog
+    let oauth2: OAuth2Broker
     let configurator: DestinationConfigurator
     let managers: ManagerCache<UUID>
     let csrfTokens = CSRFTokenCache()
+    let listener: NotificationListener
+    let flowNotifications: FlowNotifications
 
     public init(
         configuration: ParleyConfiguration, store: PostgresStore, transport: any Transport, clock: any WallClock = SystemClock(),
@@ -33,12 +39,21 @@ public final class Parley: Sendable {
         self.logger = logger
         self.registrations = RegistrationRepository(store: store, keyRing: configuration.keyRing)
         self.cookies = CookieRepository(store: store, keyRing: configuration.keyRing)
-        self.audit = AuditLog(store: store, logger: logger)
+        self.tokens = TokenRepository(store: store, keyRing: configuration.keyRing)
+        self.flows = FlowRepository(store: store)
+        let audit = AuditLog(store: store, logger: logger)
+        self.audit = audit
+        self.oauth2 = OAuth2Broker(store: tokens, clock: clock, events: AuditTokenEvents(audit: audit), logger: logger)
         self.configurator = DestinationConfigurator(
             transport: transport, cookieRecords: cookies, csrfTokens: csrfTokens, clock: clock,
-            observers: [MetricsObserver(metrics: metrics)], logger: logger)
+            observers: [MetricsObserver(metrics: metrics)], oauth2: oauth2, logger: logger)
         self.managers = ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: clock)
+        self.listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.databaseURL), logger: logger)
+        self.flowNotifications = FlowNotifications(listener: listener)
     }
+
+    /// The long-lived parts, in start order: the store, the LISTEN connection, the flow waiters.
+    public var services: [any Service] { [store, listener, flowNotifications] }
 
     /// The registration's conversation manager, built on first use.
     func manager(for registration: RegistrationRecord) throws -> ConversationManager {
@@ -60,6 +75,16 @@ public final class Parley: Sendable {
             throw Problem.invalidClientToken
         }
         return registration
+    }
+}
+
+/// Token events become audit events (no token values).
+struct AuditTokenEvents: TokenEventSink {
+    let audit: AuditLog
+    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant) async {
+        await audit.record(
+            event.rawValue, actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
+            detail: ["grant": grant.rawValue, "scopeKey": key.scopeKey])
     }
 }
 

@@ -41,7 +41,7 @@ extension Parley {
 
         switch result {
         case .interactionRequired(let interaction):
-            throw Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)) before this request can succeed")
+            throw try await interactionRequired(interaction, registration: registration)
         case .response(let upstream):
             metrics.increment("parley_upstream_responses_total", [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
             var headers = HTTPFields()

@@ -23,7 +23,7 @@ struct CreateRegistration: Decodable {
 
 extension Parley {
     /// Creates a registration locally, then registers upstream when the destination has SMP configured.
-    func register(_ input: CreateRegistration, logger: Logger) async throws -> (RegistrationRecord, String) {
+    func register(_ input: CreateRegistration, logger: Logger) async throws -> (RegistrationRecord, String, JSONValue?) {
         guard let destination = configuration.destinations[input.destination] else {
             throw Problem.invalid("unknown destination '\(input.destination.prefix(100))'")
         }
@@ -65,18 +65,32 @@ extension Parley {
             await audit.record("registration.created", actor: .client, registrationID: id, destination: destination.name)
             metrics.increment("parley_registrations_total", [("action", "created")])
             logger.info("registration created")
-            return (record, token)
+            return (record, token, nil)
         }
         do {
-            let appcid = try await registerUpstream(record, destination: destination, appId: smp.appId)
-            try await registrations.setActive(id: id, appcid: appcid)
-            managers.evict(id)  // the manager must now send the APPCID
-            var active = record
-            active.appcidSealed = configuration.keyRing.seal(appcid, associatedData: SealBinding.appcid(id))
-            await audit.record("registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
-            metrics.increment("parley_registrations_total", [("action", "created")])
-            logger.info("registration created", metadata: ["appcid": "present"])
-            return (active, token)
+            switch try await registerUpstream(record, destination: destination, appId: smp.appId) {
+            case .registered(let appcid):
+                try await registrations.setActive(id: id, appcid: appcid)
+                managers.evict(id)  // the manager must now send the APPCID
+                var active = record
+                active.appcidSealed = configuration.keyRing.seal(appcid, associatedData: SealBinding.appcid(id))
+                await audit.record(
+                    "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
+                metrics.increment("parley_registrations_total", [("action", "created")])
+                logger.info("registration created", metadata: ["appcid": "present"])
+                return (active, token, nil)
+            case .needsLogin(let interaction):
+                // Kept locally as login_required; the flow's completion registers upstream.
+                try await registrations.setLoginRequired(id: id)
+                var pending = record
+                pending.status = "login_required"
+                let (flow, url) = try await createFlow(for: pending, kind: interaction.kind, purpose: "smp_registration", scopeKey: interaction.scopeKey)
+                await audit.record(
+                    "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["smp": "login_required"])
+                metrics.increment("parley_registrations_total", [("action", "created")])
+                logger.info("registration waits for a login", metadata: ["flow.id": .string(flow.idString)])
+                return (pending, token, flowJSON(flow, url: url))
+            }
         } catch {
             // Nothing is kept for a registration the upstream refused or could not take.
             managers.evict(id)
@@ -89,9 +103,31 @@ extension Parley {
         }
     }
 
+    enum UpstreamRegistration { case registered(String), needsLogin(InteractionRequest) }
+
+    /// After the login flow of a `login_required` registration: register upstream now.
+    func completeSMPRegistration(_ record: RegistrationRecord, logger: Logger) async {
+        guard let destination = configuration.destinations[record.destination], let smp = destination.smp else { return }
+        do {
+            managers.evict(record.id)
+            guard case .registered(let appcid) = try await registerUpstream(record, destination: destination, appId: smp.appId) else {
+                await audit.record("registration.smp_pending", actor: .system, registrationID: record.id, destination: record.destination)
+                return
+            }
+            try await registrations.setActive(id: record.id, appcid: appcid)
+            managers.evict(record.id)
+            await audit.record("registration.activated", actor: .system, registrationID: record.id, destination: record.destination)
+        } catch {
+            await audit.record(
+                "registration.smp_failed", actor: .system, registrationID: record.id, destination: record.destination,
+                detail: ["code": Problem.from(error).code.rawValue])
+            logger.warning("upstream registration after login failed", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// `POST {url}/odata/applications/latest/{appId}/Connections` through the registration's
     /// own manager; the APPCID comes back in the `X-SMP-APPCID` cookie (seed 003).
-    private func registerUpstream(_ record: RegistrationRecord, destination: Destination, appId: String) async throws -> String {
+    private func registerUpstream(_ record: RegistrationRecord, destination: Destination, appId: String) async throws -> UpstreamRegistration {
         var body: [String: JSONValue] = [:]
         if let t = record.deviceType { body["DeviceType"] = .string(t) }
         if let m = record.deviceModel { body["DeviceModel"] = .string(m) }
@@ -100,13 +136,15 @@ extension Parley {
             headers: ["Content-Type": "application/json;charset=utf-8", "Accept": "application/json"],
             body: .bytes(JSONValue.object(body).encoded()))
         let result = try await manager(for: record).execute(request)
-        guard case .response(let response) = result else {
-            throw Problem(.forbidden, .upstreamUnauthorized, "the upstream needs an interactive login for registration")
+        let response: UpstreamResponse
+        switch result {
+        case .interactionRequired(let interaction): return .needsLogin(interaction)
+        case .response(let r): response = r
         }
         response.body.discard()
         switch response.status {
         case 201, 200:
-            if let appcid = Self.appcid(from: response.headers) { return appcid }
+            if let appcid = Self.appcid(from: response.headers) { return .registered(appcid) }
             throw Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
         case 401, 403:
             throw Problem(.forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")
@@ -155,6 +193,7 @@ extension Parley {
                     detail: ["code": Problem.from(error).code.rawValue])
             }
         }
+        await revokeUpstream(registration: record)
         try await registrations.delete(id: record.id)
         managers.evict(record.id)
         csrfTokens.forget(registrationID: record.idString)
@@ -163,7 +202,22 @@ extension Parley {
         logger.info("registration deleted", metadata: ["registration.id": .string(record.idString)])
     }
 
-    func registrationJSON(_ r: RegistrationRecord, clientToken: String? = nil) throws -> JSONValue {
+    /// RFC 7009 revocation of a registration's tokens, refresh token first; best effort, audited.
+    func revokeUpstream(registration record: RegistrationRecord) async {
+        guard let destination = configuration.destinations[record.destination], let endpoint = configurator.tokenEndpoint(for: destination),
+            endpoint.settings.revocationEndpoint != nil, let held = try? await tokens.tokens(registrationID: record.id, destination: record.destination)
+        else { return }
+        for (key, token) in held {
+            var revoked = 0
+            if let refresh = token.refreshToken, await endpoint.revoke(refresh, hint: "refresh_token") { revoked += 1 }
+            if await endpoint.revoke(token.accessToken, hint: "access_token") { revoked += 1 }
+            await audit.record(
+                "token.revoked", actor: .system, registrationID: record.id, destination: record.destination,
+                detail: ["scopeKey": key.scopeKey, "upstream": String(revoked)])
+        }
+    }
+
+    func registrationJSON(_ r: RegistrationRecord, clientToken: String? = nil, flow: JSONValue? = nil) throws -> JSONValue {
         var object: [String: JSONValue] = [
             "id": .string(r.idString),
             "destination": .string(r.destination),
@@ -173,7 +227,7 @@ extension Parley {
             "deviceModel": .optional(r.deviceModel),
             "userHint": .optional(r.userHint),
             "createdAt": .string(RFC3339.format(r.createdAt)),
-            "flow": .null,
+            "flow": flow ?? .null,
         ]
         if let clientToken { object["clientToken"] = .string(clientToken) }
         return .object(object)

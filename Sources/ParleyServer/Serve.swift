@@ -10,12 +10,12 @@ extension Parley {
     /// Services start in order and stop in reverse, so the HTTP server (last) stops
     /// first and lets in-flight requests finish before the store closes.
     public func makeApplication(
-        services: [any Service], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        extraServices: [any Service] = [], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
             router: makeRouter(),
             configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
-            services: services,
+            services: services + extraServices,
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }

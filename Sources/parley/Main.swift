@@ -57,7 +57,7 @@ struct ParleyCommand {
         let transport = CurlTransport(logger: logger)
         let parley = Parley(configuration: configuration, store: store, transport: transport, logger: logger)
         let app = parley.makeApplication(
-            services: [store, ShutdownHook(name: "transport") { transport.shutdown() }],
+            extraServices: [ShutdownHook(name: "transport") { transport.shutdown() }],
             onServerRunning: { port in
                 logger.info("parley ready", metadata: ["listen.port": "\(port)", "public.url": .string(configuration.publicURL),
                     "destinations": "\(configuration.destinations.count)"])

@@ -98,7 +98,7 @@ func withLiveParley<T: Sendable>(
         defer { transport.shutdown() }
         let parley = Parley(configuration: configuration, store: store, transport: transport, logger: quietLogger)
         let (ports, portContinuation) = AsyncStream<Int>.makeStream()
-        let app = parley.makeApplication(services: [store], onServerRunning: { port in portContinuation.yield(port) })
+        let app = parley.makeApplication(onServerRunning: { port in portContinuation.yield(port) })
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await app.runService(gracefulShutdownSignals: [])

@@ -96,6 +96,10 @@ struct RegistrationRepository: Sendable {
             "UPDATE registrations SET status = 'active', appcid_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
     }
 
+    func setLoginRequired(id: UUID) async throws {
+        try await store.execute("UPDATE registrations SET status = 'login_required', updated_at = now() WHERE id = \(id)")
+    }
+
     /// Deletes the registration; its tokens, cookies and flows go with it (ON DELETE CASCADE).
     @discardableResult
     func delete(id: UUID) async throws -> Bool {

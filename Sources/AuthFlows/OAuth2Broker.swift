@@ -1,0 +1,174 @@
+public import Conversation
+import Foundation
+public import Logging
+import Synchronization
+
+/// Joins concurrent callers of the same key onto one piece of work (in-process single flight).
+public final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    private let running = Mutex<[Key: Task<Value, any Error>]>([:])
+
+    public init() {}
+
+    public func run(_ key: Key, _ work: @escaping @Sendable () async throws -> Value) async throws -> Value {
+        let task = running.withLock { running -> Task<Value, any Error> in
+            if let existing = running[key] { return existing }
+            let task = Task { try await work() }
+            running[key] = task
+            return task
+        }
+        defer { running.withLock { if $0[key] == task { $0[key] = nil } } }
+        return try await task.value
+    }
+}
+
+/// What a token-changing event was, for the audit log.
+public enum TokenEvent: String, Sendable { case issued = "token.issued", refreshed = "token.refreshed", refreshRejected = "token.refresh_rejected" }
+
+/// Watches token events (audit); never sees token values.
+public protocol TokenEventSink: Sendable {
+    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant) async
+}
+
+/// What obtaining a token led to.
+public enum TokenOutcome: Sendable, Equatable {
+    case token(StoredToken)
+    /// Only a person can help (authorization code): the caller starts a flow.
+    case interactionRequired
+}
+
+/// Gets tokens for every OAuth2 destination of this instance: a token another
+/// conversation stored meanwhile, else the refresh token, else the grant. One
+/// refresh per key at a time in this process (single flight) and across instances
+/// (the store's exclusive section, then a re-read). Transient failures keep every
+/// stored token and close the key for a while instead of hammering the server.
+public final class OAuth2Broker: Sendable {
+    let store: any TokenStore
+    let clock: any WallClock
+    let events: (any TokenEventSink)?
+    let logger: Logger
+    let skew: TimeInterval
+    private let flights = SingleFlight<TokenKey, TokenOutcome>()
+    private let backoff = Mutex<[TokenKey: (until: Date, failures: Int)]>([:])
+
+    public init(store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, skew: Duration = .seconds(30), logger: Logger) {
+        self.store = store
+        self.clock = clock
+        self.events = events
+        self.logger = logger
+        self.skew = Double(skew.components.seconds)
+    }
+
+    /// The stored token for `key`, fresh or not (nil when none).
+    public func stored(_ key: TokenKey) async throws -> StoredToken? {
+        try await store.load(key)
+    }
+
+    public func isFresh(_ token: StoredToken) -> Bool { token.isFresh(at: clock.now, skew: skew) }
+
+    /// A usable token for `key`, replacing `stale` (the token that was refused or expired).
+    public func obtain(
+        _ key: TokenKey, endpoint: TokenEndpointClient, credentials: UserCredentials?, stale: StoredToken?
+    ) async throws -> TokenOutcome {
+        try await flights.run(key) { [self] in
+            try await store.exclusively(key) { access in
+                try await self.obtainExclusively(key, access: access, endpoint: endpoint, credentials: credentials, stale: stale)
+            }
+        }
+    }
+
+    private func obtainExclusively(
+        _ key: TokenKey, access: any TokenAccess, endpoint: TokenEndpointClient, credentials: UserCredentials?, stale: StoredToken?
+    ) async throws -> TokenOutcome {
+        let settings = endpoint.settings
+        let current = try await access.load(key)
+        // Another conversation or instance may have stored a new token meanwhile.
+        if let current, isFresh(current), current.accessToken != stale?.accessToken {
+            return .token(current)
+        }
+        try checkBackoff(key)
+
+        if let current, let refresh = current.refreshToken {
+            var parameters = [("grant_type", "refresh_token"), ("refresh_token", refresh)]
+            if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+            switch await endpoint.request(parameters, previousRefreshToken: refresh) {
+            case .token(let token):
+                try await access.save(token, for: key, grant: settings.grant)
+                succeeded(key)
+                await events?.record(.refreshed, key: key, grant: settings.grant)
+                logger.info("token refreshed", metadata: ["token.key": .string(key.scopeKey), "destination": .string(key.destination)])
+                return .token(token)
+            case .permanent(let error):
+                // The refresh token is dead: forget it and go for the grant.
+                try await access.delete(key)
+                await events?.record(.refreshRejected, key: key, grant: settings.grant)
+                logger.info("refresh token rejected", metadata: ["oauth2.error": .string(error), "destination": .string(key.destination)])
+            case .transient(let retryAfter):
+                throw failedTransiently(key, retryAfter: retryAfter)
+            }
+        } else if current != nil {
+            try await access.delete(key)  // stale, and nothing to refresh it with
+        }
+
+        var parameters: [(String, String)]
+        switch settings.grant {
+        case .authorizationCode:
+            return .interactionRequired
+        case .clientCredentials:
+            parameters = [("grant_type", "client_credentials")]
+        case .password:
+            guard let credentials else {
+                throw OAuth2Error(.refused, detail: "the password grant needs credentials, and the registration has none")
+            }
+            parameters = [("grant_type", "password"), ("username", credentials.username), ("password", credentials.password)]
+        }
+        if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+        switch await endpoint.request(parameters) {
+        case .token(let token):
+            try await access.save(token, for: key, grant: settings.grant)
+            succeeded(key)
+            await events?.record(.issued, key: key, grant: settings.grant)
+            logger.info("token issued", metadata: ["oauth2.grant": .string(settings.grant.rawValue), "destination": .string(key.destination)])
+            return .token(token)
+        case .permanent(let error):
+            throw OAuth2Error(.refused, detail: "the authorization server refused the \(settings.grant.rawValue) grant (\(error))")
+        case .transient(let retryAfter):
+            throw failedTransiently(key, retryAfter: retryAfter)
+        }
+    }
+
+    /// Stores a token obtained elsewhere (the authorization-code callback).
+    public func store(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
+        try await store.exclusively(key) { access in try await access.save(token, for: key, grant: grant) }
+        succeeded(key)
+        await events?.record(.issued, key: key, grant: grant)
+    }
+
+    private func checkBackoff(_ key: TokenKey) throws {
+        let now = clock.now
+        if let gate = backoff.withLock({ $0[key] }), gate.until > now {
+            throw OAuth2Error(
+                .temporarilyUnavailable, retryAfter: .seconds(Int(gate.until.timeIntervalSince(now).rounded(.up))),
+                detail: "the authorization server failed recently; Parley waits before asking again")
+        }
+    }
+
+    private func failedTransiently(_ key: TokenKey, retryAfter: Duration?) -> OAuth2Error {
+        let now = clock.now
+        let wait = backoff.withLock { state -> Int in
+            let failures = (state[key]?.failures ?? 0) + 1
+            let exponential = min(60, 1 << min(failures - 1, 6))
+            let seconds = max(Int(retryAfter?.components.seconds ?? 0), exponential)
+            state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures)
+            return seconds
+        }
+        logger.warning("token endpoint failed transiently", metadata: ["destination": .string(key.destination), "retry.after.s": "\(wait)"])
+        return OAuth2Error(.temporarilyUnavailable, retryAfter: .seconds(wait), detail: "the authorization server is unavailable")
+    }
+
+    private func succeeded(_ key: TokenKey) {
+        _ = backoff.withLock { $0.removeValue(forKey: key) }
+    }
+
+    /// Forgets back-off state (tests, revocation).
+    public func resetBackoff() { backoff.withLock { $0.removeAll() } }
+}

@@ -1,0 +1,80 @@
+public import Conversation
+
+private enum OAuth2UsedToken: ConversationContextKey { typealias Value = StoredToken }
+private enum OAuth2Attempts: ConversationContextKey { typealias Value = Int }
+
+/// Everything the OAuth2 filters of one registration share.
+public struct OAuth2Participant: Sendable {
+    public let broker: OAuth2Broker
+    public let endpoint: TokenEndpointClient
+    public let registrationID: String
+    public let credentials: UserCredentials?
+
+    public init(broker: OAuth2Broker, endpoint: TokenEndpointClient, registrationID: String, credentials: UserCredentials?) {
+        self.broker = broker
+        self.endpoint = endpoint
+        self.registrationID = registrationID
+        self.credentials = credentials
+    }
+
+    var settings: OAuth2Settings { endpoint.settings }
+
+    func key(for url: String) -> TokenKey {
+        TokenKey(
+            destination: settings.destination, registrationID: settings.tokensBelongToDestination ? nil : registrationID,
+            scopeKey: settings.scopeKey(for: url))
+    }
+
+    func obtain(_ key: TokenKey, stale: StoredToken?) async throws -> TokenOutcome {
+        try await broker.obtain(key, endpoint: endpoint, credentials: credentials, stale: stale)
+    }
+}
+
+/// Attaches the stored access token for the request's scope key. A token known to
+/// be stale is renewed first, never sent; with no token the request goes out
+/// without one and the challenge decides (reactive, as the seeds).
+public struct OAuth2RequestFilter: RequestFilter {
+    let participant: OAuth2Participant
+
+    public init(_ participant: OAuth2Participant) { self.participant = participant }
+
+    public func prepare(_ request: inout UpstreamRequest, conversation: Conversation) async throws -> RequestDecision {
+        let key = participant.key(for: request.url)
+        guard var token = try await participant.broker.stored(key) else { return .proceed }
+        if !participant.broker.isFresh(token) {
+            switch try await participant.obtain(key, stale: token) {
+            case .token(let fresh): token = fresh
+            case .interactionRequired:
+                return .interactionRequired(InteractionRequest(kind: .oauth2, scopeKey: key.scopeKey, url: request.url))
+            }
+        }
+        conversation[OAuth2UsedToken.self] = token
+        request.headers.set("Authorization", "Bearer " + token.accessToken)
+        return .proceed
+    }
+}
+
+/// Recognises an OAuth2 challenge and renews: a token stored meanwhile, the refresh
+/// token, then the grant. At most two renewals per conversation, so a server that
+/// refuses every token cannot loop.
+public struct OAuth2ResponseFilter: ResponseFilter {
+    let participant: OAuth2Participant
+
+    public init(_ participant: OAuth2Participant) { self.participant = participant }
+
+    public func inspect(_ response: inout UpstreamResponse, request: UpstreamRequest, conversation: Conversation) async throws
+        -> ResponseDecision
+    {
+        guard participant.settings.isChallenge(response) else { return .deliver }
+        let attempts = conversation[OAuth2Attempts.self] ?? 0
+        guard attempts < 2 else { return .deliver }
+        conversation[OAuth2Attempts.self] = attempts + 1
+        let key = participant.key(for: request.url)
+        switch try await participant.obtain(key, stale: conversation[OAuth2UsedToken.self]) {
+        case .token:
+            return .restart(reason: "oauth2 token renewed")
+        case .interactionRequired:
+            return .interactionRequired(InteractionRequest(kind: .oauth2, scopeKey: key.scopeKey, url: request.url))
+        }
+    }
+}

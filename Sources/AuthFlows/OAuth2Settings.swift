@@ -1,0 +1,94 @@
+public import Conversation
+import Foundation
+
+/// A destination's OAuth2 block, checked once: which grant, which endpoints, how
+/// the client authenticates, what counts as a challenge, and how request URLs
+/// map to the storage URL a token is filed under (the seed's scope key).
+public struct OAuth2Settings: Sendable, Equatable {
+    public enum Grant: String, Sendable { case authorizationCode = "authorization_code", clientCredentials = "client_credentials", password }
+    public enum ClientAuthentication: String, Sendable { case basic = "client_secret_basic", post = "client_secret_post" }
+
+    public struct Invalid: Error { public let problems: [String] }
+
+    public let destination: String
+    public let grant: Grant
+    public let authorizationEndpoint: String?
+    public let tokenEndpoint: String
+    public let revocationEndpoint: String?
+    public let clientID: String
+    public let clientSecret: String?
+    public let clientAuthentication: ClientAuthentication
+    public let scopes: [String]
+    public let challengeStatuses: Set<Int>
+    public let sapStatusHeader: Bool
+    /// Longest prefix first.
+    public let scopeKeyRules: [(prefix: String, key: String)]
+    public let defaultScopeKey: String
+
+    public static func == (a: OAuth2Settings, b: OAuth2Settings) -> Bool {
+        a.destination == b.destination && a.tokenEndpoint == b.tokenEndpoint && a.clientID == b.clientID
+    }
+
+    public init(destination d: Destination) throws {
+        guard let o = d.oauth2 else { throw Invalid(problems: ["destination '\(d.name)' has no oauth2 block"]) }
+        var problems: [String] = []
+        let prefix = "destination '\(d.name)': oauth2."
+        let grant = Grant(rawValue: o.grant ?? "authorization_code")
+        if grant == nil { problems.append(prefix + "grant must be authorization_code, client_credentials or password") }
+        let auth = ClientAuthentication(rawValue: o.clientAuthentication ?? "client_secret_basic")
+        if auth == nil { problems.append(prefix + "clientAuthentication must be client_secret_basic or client_secret_post") }
+        func checkURL(_ name: String, _ value: String?, required: Bool) {
+            guard let value else {
+                if required { problems.append(prefix + "\(name) is required") }
+                return
+            }
+            if URLParts(value) == nil { problems.append(prefix + "\(name) must be an absolute http(s) URL") }
+        }
+        checkURL("tokenEndpoint", o.tokenEndpoint, required: true)
+        checkURL("authorizationEndpoint", o.authorizationEndpoint, required: grant == .authorizationCode)
+        checkURL("revocationEndpoint", o.revocationEndpoint, required: false)
+        if (o.clientId ?? "").isEmpty { problems.append(prefix + "clientId is required") }
+        if grant == .clientCredentials && o.clientSecret == nil { problems.append(prefix + "client_credentials needs clientSecret") }
+        for rule in o.scopeKeys ?? [] where URLParts(rule.key) == nil {
+            problems.append(prefix + "scopeKeys key '\(rule.key)' must be an absolute URL")
+        }
+        let statuses = o.challenge?.statuses ?? [401]
+        if statuses.contains(where: { !(400...599).contains($0) }) { problems.append(prefix + "challenge.statuses must be 4xx or 5xx") }
+        guard problems.isEmpty, let grant, let auth, let tokenEndpoint = o.tokenEndpoint, let clientID = o.clientId else {
+            throw Invalid(problems: problems)
+        }
+        self.destination = d.name
+        self.grant = grant
+        self.authorizationEndpoint = o.authorizationEndpoint
+        self.tokenEndpoint = tokenEndpoint
+        self.revocationEndpoint = o.revocationEndpoint
+        self.clientID = clientID
+        self.clientSecret = o.clientSecret
+        self.clientAuthentication = auth
+        self.scopes = o.scopes ?? []
+        self.challengeStatuses = Set(statuses)
+        self.sapStatusHeader = o.challenge?.sapStatusHeader ?? true
+        self.scopeKeyRules = (o.scopeKeys ?? []).map { ($0.prefix, $0.key) }.sorted { $0.prefix.count > $1.prefix.count }
+        self.defaultScopeKey = d.baseURL
+    }
+
+    /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):
+    /// the longest matching prefix rule, else the destination URL.
+    public func scopeKey(for url: String) -> String {
+        for rule in scopeKeyRules where url.hasPrefix(rule.prefix) {
+            let rest = url.dropFirst(rule.prefix.count)
+            if rest.isEmpty || rest.hasPrefix("/") || rest.hasPrefix("?") || rule.prefix.hasSuffix("/") { return rule.key }
+        }
+        return defaultScopeKey
+    }
+
+    /// Whether a response is an OAuth2 challenge: a configured status, or `400` with
+    /// `X-SMP-AUTHENTICATION-STATUS: 1000` when the SAP style is on.
+    public func isChallenge(_ response: UpstreamResponse) -> Bool {
+        if challengeStatuses.contains(response.status) { return true }
+        return sapStatusHeader && response.status == 400 && response.headers["X-SMP-AUTHENTICATION-STATUS"] == "1000"
+    }
+
+    /// Client-credentials tokens belong to the destination; the others to the registration.
+    public var tokensBelongToDestination: Bool { grant == .clientCredentials }
+}

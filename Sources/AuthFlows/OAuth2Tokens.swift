@@ -1,0 +1,222 @@
+public import Conversation
+public import Foundation
+import ParleyCrypto
+
+/// Which token: the destination, the owning registration (nil for client-credentials
+/// tokens, which the destination's registrations share) and the scope key.
+public struct TokenKey: Sendable, Hashable, CustomStringConvertible {
+    public let destination: String
+    public let registrationID: String?
+    public let scopeKey: String
+
+    public init(destination: String, registrationID: String?, scopeKey: String) {
+        self.destination = destination
+        self.registrationID = registrationID
+        self.scopeKey = scopeKey
+    }
+
+    public var description: String { "\(destination)|\(registrationID ?? "-")|\(scopeKey)" }
+}
+
+/// An OAuth2 token as Parley keeps it (sealed at rest by the store).
+public struct StoredToken: Sendable, Equatable {
+    public var accessToken: String
+    public var refreshToken: String?
+    public var tokenType: String
+    public var scopes: String?
+    public var expiresAt: Date?
+
+    public init(accessToken: String, refreshToken: String?, tokenType: String = "Bearer", scopes: String? = nil, expiresAt: Date?) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.tokenType = tokenType
+        self.scopes = scopes
+        self.expiresAt = expiresAt
+    }
+
+    /// Fresh while more than `skew` remains before expiry. A stale token is never sent as fresh.
+    public func isFresh(at now: Date, skew: TimeInterval = 30) -> Bool {
+        guard let expiresAt else { return true }
+        return expiresAt.timeIntervalSince(now) > skew
+    }
+}
+
+/// Token rows, read and written inside an exclusive section.
+public protocol TokenAccess: Sendable {
+    func load(_ key: TokenKey) async throws -> StoredToken?
+    func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws
+    func delete(_ key: TokenKey) async throws
+}
+
+/// Where tokens live. `exclusively` serialises work on one key across every
+/// instance (PostgreSQL: a transaction-scoped advisory lock) and lends the body
+/// the same connection, so a section never waits for a second one.
+public protocol TokenStore: Sendable {
+    func load(_ key: TokenKey) async throws -> StoredToken?
+    func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T
+}
+
+/// Why Parley could not get a token. `description` never carries a token or secret.
+public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        /// The authorization server is down or throttling: try again after `retryAfter`.
+        case temporarilyUnavailable
+        /// The authorization server refused the grant Parley holds (wrong client secret, bad password…).
+        case refused
+    }
+
+    public let code: Code
+    public let retryAfter: Duration?
+    public let detail: String
+
+    public init(_ code: Code, retryAfter: Duration? = nil, detail: String) {
+        self.code = code
+        self.retryAfter = retryAfter
+        self.detail = detail
+    }
+
+    public var description: String { "OAuth2Error(\(code)): \(detail)" }
+}
+
+/// What the token endpoint said, triaged.
+public enum TokenEndpointOutcome: Sendable {
+    case token(StoredToken)
+    /// `invalid_grant` and friends: retrying the same request will not help.
+    case permanent(error: String)
+    /// Network failure, 5xx, 429: keep what is stored and back off.
+    case transient(retryAfter: Duration?)
+}
+
+/// Talks to one authorization server's token and revocation endpoints (RFC 6749 §4, RFC 7009)
+/// over the same transport as everything else. Form bodies, client authentication
+/// by `client_secret_basic` or `client_secret_post`; public clients send only `client_id`.
+public struct TokenEndpointClient: Sendable {
+    public let settings: OAuth2Settings
+    public let transport: any Transport
+    public let tls: TLSOptions
+    public let clock: any WallClock
+
+    public init(settings: OAuth2Settings, transport: any Transport, tls: TLSOptions, clock: any WallClock) {
+        self.settings = settings
+        self.transport = transport
+        self.tls = tls
+        self.clock = clock
+    }
+
+    public func request(_ parameters: [(String, String)], previousRefreshToken: String? = nil) async -> TokenEndpointOutcome {
+        let response: UpstreamResponse
+        let bytes: [UInt8]
+        do {
+            response = try await transport.send(formRequest(settings.tokenEndpoint, parameters))
+            bytes = try await response.body.collect(upTo: 256 * 1024)
+        } catch {
+            return .transient(retryAfter: nil)
+        }
+        let json = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
+        switch response.status {
+        case 200:
+            guard let access = json?["access_token"] as? String, !access.isEmpty else { return .transient(retryAfter: nil) }
+            let expiresIn = (json?["expires_in"] as? NSNumber)?.doubleValue ?? (json?["expires_in"] as? String).flatMap(Double.init)
+            return .token(
+                StoredToken(
+                    accessToken: access,
+                    refreshToken: (json?["refresh_token"] as? String) ?? previousRefreshToken,
+                    tokenType: (json?["token_type"] as? String) ?? "Bearer",
+                    scopes: json?["scope"] as? String,
+                    expiresAt: expiresIn.map { clock.now.addingTimeInterval($0) }))
+        case 429, 500...599:
+            return .transient(retryAfter: Self.retryAfter(response.headers["Retry-After"]))
+        default:
+            return .permanent(error: (json?["error"] as? String).map(Self.safeErrorCode) ?? "http_\(response.status)")
+        }
+    }
+
+    /// RFC 7009: revokes one token; true when the server accepted the request.
+    public func revoke(_ token: String, hint: String) async -> Bool {
+        guard let endpoint = settings.revocationEndpoint else { return false }
+        guard let response = try? await transport.send(formRequest(endpoint, [("token", token), ("token_type_hint", hint)])) else {
+            return false
+        }
+        response.body.discard()
+        return response.status == 200
+    }
+
+    func formRequest(_ url: String, _ parameters: [(String, String)]) -> UpstreamRequest {
+        var parameters = parameters
+        var headers: HeaderFields = ["Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"]
+        if let secret = settings.clientSecret, settings.clientAuthentication == .basic {
+            let pair = FormEncoding.encode(settings.clientID) + ":" + FormEncoding.encode(secret)
+            headers.set("Authorization", "Basic " + Base64.encode(Array(pair.utf8)))
+        } else {
+            parameters.append(("client_id", settings.clientID))
+            if let secret = settings.clientSecret { parameters.append(("client_secret", secret)) }
+        }
+        return UpstreamRequest(
+            method: "POST", url: url, headers: headers, body: .bytes(Array(FormEncoding.encode(parameters).utf8)), tls: tls,
+            timeouts: Timeouts(connect: .seconds(5), total: .seconds(30), idle: .seconds(15)))
+    }
+
+    static func retryAfter(_ value: String?) -> Duration? {
+        guard let value, let seconds = Int(value.trimmingCharacters(in: .whitespaces)), seconds >= 0 else { return nil }
+        return .seconds(min(seconds, 3600))
+    }
+
+    /// Error codes are echoed into logs and problems: keep them to RFC 6749's alphabet.
+    public static func safeErrorCode(_ code: String) -> String {
+        String(code.prefix(64).filter { $0.isLetter || $0 == "_" })
+    }
+}
+
+public enum FormEncoding {
+    /// `application/x-www-form-urlencoded` (unreserved characters kept, space as %20).
+    public static func encode(_ text: String) -> String {
+        var out = ""
+        for b in text.utf8 {
+            switch b {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.unicodeScalars.append(Unicode.Scalar(b))
+            default:
+                out += String(format: "%%%02X", b)
+            }
+        }
+        return out
+    }
+
+    public static func encode(_ pairs: [(String, String)]) -> String {
+        pairs.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&")
+    }
+
+    /// Decodes `a=b&c=d` (with `+` as space); nil on bad percent-encoding.
+    public static func decode(_ text: String) -> [(String, String)]? {
+        var out: [(String, String)] = []
+        for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = decodeComponent(parts[0]), let value = decodeComponent(parts.count > 1 ? parts[1] : "") else { return nil }
+            out.append((name, value))
+        }
+        return out
+    }
+
+    static func decodeComponent(_ s: Substring) -> String? {
+        var bytes: [UInt8] = []
+        var it = s.utf8.makeIterator()
+        while let b = it.next() {
+            if b == UInt8(ascii: "+") {
+                bytes.append(0x20)
+            } else if b == UInt8(ascii: "%") {
+                guard let h = it.next(), let l = it.next(), let v = UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) else { return nil }
+                bytes.append(v)
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+}
+
+/// PKCE (RFC 7636) with S256.
+public enum PKCE {
+    public static func verifier() -> String { SecureRandom.token(byteCount: 32) }
+    public static func challenge(for verifier: String) -> String { Base64URL.encode(SHA256.hash(Array(verifier.utf8))) }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Store
+import Synchronization
+
+/// Wakes long-polls when a flow leaves `pending`, on whichever instance that
+/// happened: every instance LISTENs on one channel and fans out by flow id.
+/// After a reconnect every waiter wakes and re-reads, since a notification may
+/// have been missed meanwhile.
+final class FlowNotifications: Service, Sendable {
+    static let channel = "parley_flows"
+
+    private struct Waiter {
+        let flowID: String
+        let continuation: CheckedContinuation<Void, Never>
+    }
+
+    private let listener: NotificationListener
+    private let waiters = Mutex<(next: Int, all: [Int: Waiter])>((0, [:]))
+
+    init(listener: NotificationListener) { self.listener = listener }
+
+    func run() async throws {
+        let stream = listener.notifications(channel: Self.channel)
+        await withGracefulShutdownHandler {
+            for await event in stream {
+                switch event {
+                case .notification(let flowID): wake { $0 == flowID }
+                case .reconnected, .overflowed: wake { _ in true }
+                default: break
+                }
+            }
+        } onGracefulShutdown: {
+            self.wake { _ in true }
+        }
+    }
+
+    /// Returns when `flowID` is notified, after `timeout`, or on cancellation.
+    func wait(for flowID: String, timeout: Duration) async {
+        let id = waiters.withLock { state -> Int in
+            state.next += 1
+            return state.next
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let cancelled = self.waiters.withLock { state -> Bool in
+                            if Task.isCancelled { return true }
+                            state.all[id] = Waiter(flowID: flowID, continuation: continuation)
+                            return false
+                        }
+                        if cancelled { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.waiters.withLock { $0.all.removeValue(forKey: id) }?.continuation.resume()
+                }
+            }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func wake(_ matches: (String) -> Bool) {
+        let woken = waiters.withLock { state -> [Waiter] in
+            let hit = state.all.filter { matches($0.value.flowID) }
+            for key in hit.keys { state.all[key] = nil }
+            return Array(hit.values)
+        }
+        for waiter in woken { waiter.continuation.resume() }
+    }
+}
