@@ -80,6 +80,22 @@ public struct Destination: Sendable, Decodable, Equatable {
             public var sapStatusHeader: Bool?
         }
 
+        public init(
+            grant: String?, authorizationEndpoint: String?, tokenEndpoint: String?, revocationEndpoint: String?, clientId: String?,
+            clientSecret: String?, clientAuthentication: String?, scopes: [String]?, scopeKeys: [ScopeKeyRule]?, challenge: Challenge?
+        ) {
+            self.grant = grant
+            self.authorizationEndpoint = authorizationEndpoint
+            self.tokenEndpoint = tokenEndpoint
+            self.revocationEndpoint = revocationEndpoint
+            self.clientId = clientId
+            self.clientSecret = clientSecret
+            self.clientAuthentication = clientAuthentication
+            self.scopes = scopes
+            self.scopeKeys = scopeKeys
+            self.challenge = challenge
+        }
+
         public struct ScopeKeyRule: Sendable, Decodable, Equatable {
             public var prefix: String
             public var key: String

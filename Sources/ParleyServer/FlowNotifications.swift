@@ -22,18 +22,14 @@ final class FlowNotifications: Service, Sendable {
     init(listener: NotificationListener) { self.listener = listener }
 
     func run() async throws {
-        let stream = listener.notifications(channel: Self.channel)
-        await withGracefulShutdownHandler {
-            for await event in stream {
-                switch event {
-                case .notification(let flowID): wake { $0 == flowID }
-                case .reconnected, .overflowed: wake { _ in true }
-                default: break
-                }
+        for await event in listener.notifications(channel: Self.channel).cancelOnGracefulShutdown() {
+            switch event {
+            case .notification(let flowID): wake { $0 == flowID }
+            case .reconnected, .overflowed: wake { _ in true }
+            default: break
             }
-        } onGracefulShutdown: {
-            self.wake { _ in true }
         }
+        wake { _ in true }
     }
 
     /// Returns when `flowID` is notified, after `timeout`, or on cancellation.

@@ -82,8 +82,19 @@ public enum RawHTTP {
             let n = read(fd, &buffer, buffer.count)
             if n <= 0 { break }
             out.append(contentsOf: buffer[0..<n])
+            if isComplete(out) { break }  // servers may keep the connection open despite `close`
         }
         return out
+    }
+
+    /// A head plus a Content-Length body that has fully arrived.
+    static func isComplete(_ data: [UInt8]) -> Bool {
+        guard let end = find([13, 10, 13, 10], in: data) else { return false }
+        let head = String(decoding: data[0..<end], as: UTF8.self).lowercased()
+        guard let line = head.components(separatedBy: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+            let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+        else { return false }
+        return data.count - (end + 4) >= length
     }
 
     static func parse(_ data: [UInt8]) throws -> RawHTTPResponse {

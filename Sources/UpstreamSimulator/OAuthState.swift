@@ -74,6 +74,8 @@ public final class OAuthState: Sendable {
     public var authorizeLogins: Int { data.withLock { $0.authorizeLogins } }
     public var authorizeFailures: Int { data.withLock { $0.authorizeFailures } }
     public var accessTokensIssued: Int { data.withLock { $0.accessTokensIssued } }
+    /// Every access and refresh token value issued so far (tests grep for leaks with them).
+    public var issuedTokenValues: [String] { data.withLock { Array($0.accessTokens.keys) + Array($0.refreshTokens.keys) } }
     public var refreshTokensIssued: Int { data.withLock { $0.refreshTokensIssued } }
 
     // MARK: Test controls

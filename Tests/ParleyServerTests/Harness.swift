@@ -20,6 +20,8 @@ let quietLogger = Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler()
 /// A running Parley (the real server object on a real port) with its own database
 /// on the shared test PostgreSQL, and an in-process upstream simulator.
 struct LiveParley: Sendable {
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
     let port: Int
     let parley: Parley
     let store: PostgresStore
@@ -27,6 +29,8 @@ struct LiveParley: Sendable {
     let simulator: SimulatorState
     let databaseURL: String
     let spoolDirectory: String
+    /// Further instances on the same database (multi-instance tests).
+    var others: [LiveParley]
 
     func request(
         _ method: String, _ target: String, token: String? = nil, headers: [(String, String)] = [], body: [UInt8] = []
@@ -66,49 +70,77 @@ func testKeyRing() -> KeyRing {
     try! KeyRing(keys: [("test", [UInt8](repeating: 7, count: 32))])
 }
 
+/// How a live test wants its Parley.
+struct LiveOptions: Sendable {
+    var instances = 1
+    var clock: any WallClock = SystemClock()
+    var logs: LogCapture?
+    /// Bind to a known port so `PARLEY_PUBLIC_URL` (flow URLs, `redirect_uri`) is right.
+    var fixedPorts = false
+    var simulator = SimulatorConfiguration()
+}
+
 /// Starts simulator + Parley for `body`, then stops both.
 func withLiveParley<T: Sendable>(
     destinations: @escaping @Sendable (_ simulatorURL: String) -> [Destination] = { [Destination(name: "sim", url: $0, basic: .init())] },
+    options: LiveOptions = LiveOptions(),
     adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
     _ body: @Sendable (LiveParley) async throws -> T
 ) async throws -> T {
-    try await withLiveParley(setUp: { port in destinations("http://127.0.0.1:\(port)") }, adjust: adjust, body)
+    try await withLiveParley(setUp: { port in destinations("http://127.0.0.1:\(port)") }, options: options, adjust: adjust, body)
 }
 
 /// As above, with an async set-up that sees the simulator's port (to put a TLS front before it, say).
 func withLiveParley<T: Sendable>(
     setUp: @escaping @Sendable (_ simulatorPort: Int) async throws -> [Destination],
+    options: LiveOptions = LiveOptions(),
     adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
     _ body: @Sendable (LiveParley) async throws -> T
 ) async throws -> T {
     let postgres = try await PostgresServer.shared()
     let databaseURL = try await postgres.createDatabase()
-    return try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulatorState in
-        let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: quietLogger)
-        _ = try await Migrator(store: store, directory: migrationsDirectory, logger: quietLogger).migrate()
+    let logger = options.logs?.logger() ?? quietLogger
+    return try await withRunningSimulator(configuration: options.simulator, logger: quietLogger) { simulatorPort, simulatorState in
+        let migrationStore = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 1), logger: quietLogger)
+        _ = try await Migrator(store: migrationStore, directory: migrationsDirectory, logger: quietLogger).migrate()
+        await migrationStore.shutdown()
         let spool = NSTemporaryDirectory() + "parley-spool-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        var configuration = ParleyConfiguration(
-            databaseURL: databaseURL, listenPort: 0, publicURL: "http://127.0.0.1:0", keyRing: testKeyRing(),
-            adminTokens: ["admin-token-0123456789"], destinations: try await setUp(simulatorPort),
-            memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
-        adjust(&configuration)
-        let transport = CurlTransport(logger: quietLogger)
+        let destinations = try await setUp(simulatorPort)
+        let transport = CurlTransport(logger: logger)
         defer { transport.shutdown() }
-        let parley = Parley(configuration: configuration, store: store, transport: transport, logger: quietLogger)
-        let (ports, portContinuation) = AsyncStream<Int>.makeStream()
-        let app = parley.makeApplication(onServerRunning: { port in portContinuation.yield(port) })
+
+        var instances: [(Parley, any ApplicationProtocol, AsyncStream<Int>)] = []
+        for _ in 0..<options.instances {
+            let port = options.fixedPorts ? freeLocalPort() : 0
+            var configuration = ParleyConfiguration(
+                databaseURL: databaseURL, listenPort: port, publicURL: "http://127.0.0.1:\(port)", keyRing: testKeyRing(),
+                adminTokens: ["admin-token-0123456789"], destinations: destinations,
+                memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
+            adjust(&configuration)
+            let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
+            let parley = Parley(configuration: configuration, store: store, transport: transport, clock: options.clock, logger: logger)
+            let (ports, continuation) = AsyncStream<Int>.makeStream()
+            let app = parley.makeApplication(onServerRunning: { port in continuation.yield(port) })
+            instances.append((parley, app, ports))
+        }
         return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask {
-                try await app.runService(gracefulShutdownSignals: [])
-                return nil
+            var lives: [LiveParley] = []
+            for (parley, app, ports) in instances {
+                group.addTask {
+                    try await app.runService(gracefulShutdownSignals: [])
+                    return nil
+                }
+                var iterator = ports.makeAsyncIterator()
+                guard let port = await iterator.next() else { throw RawHTTPError(description: "parley did not start") }
+                lives.append(
+                    LiveParley(
+                        port: port, parley: parley, store: parley.store, simulatorPort: simulatorPort, simulator: simulatorState,
+                        databaseURL: databaseURL, spoolDirectory: spool, others: []))
             }
-            var iterator = ports.makeAsyncIterator()
-            guard let port = await iterator.next() else { throw RawHTTPError(description: "parley did not start") }
-            let live = LiveParley(
-                port: port, parley: parley, store: store, simulatorPort: simulatorPort, simulator: simulatorState,
-                databaseURL: databaseURL, spoolDirectory: spool)
+            var live = lives[0]
+            live.others = Array(lives.dropFirst())
             let result = try await body(live)
             group.cancelAll()
             while let _ = try? await group.next() {}

@@ -53,7 +53,7 @@ struct FlowRepository: Sendable {
             VALUES (\(id), \(registrationID), \(kind), \(purpose), \(secretHash), \(secretSealed), \(scopeKey),
                 'pending', \(returnUrl), \(expiresAt), \(now))
             RETURNING
-            """ + Self.columns)
+            """ + " " + Self.columns)
         return try FlowRecord(row: rows[0])
     }
 
