@@ -12,4 +12,6 @@ test -x .build/debug/parley || { echo "build failed" >&2; swift build --build-te
 # The live tests run the built binaries; they find them here.
 export PARLEY_BINARY="$PWD/.build/debug/parley"
 export PARLEY_SIMULATOR_BINARY="$PWD/.build/debug/upstream-simulator"
-exec swift test --skip-build "$@"
+# Serial: the 1 GiB tests measure process-wide resident memory, which neighbours would
+# inflate, and two cores are not oversubscribed by concurrent live suites.
+exec swift test --skip-build --no-parallel "$@"

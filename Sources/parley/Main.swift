@@ -62,9 +62,10 @@ struct ParleyCommand {
                 logger.info("parley ready", metadata: ["listen.port": "\(port)", "public.url": .string(configuration.publicURL),
                     "destinations": "\(configuration.destinations.count)"])
             })
-        let group = ServiceGroup(
-            configuration: .init(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+        try await ServiceGroup(configuration: groupConfiguration).run()
     }
 
     static func migrate(environment: [String: String], logger: Logger) async throws {

@@ -96,18 +96,18 @@ import UpstreamSimulator
             try await Self.post(live, "/sim/oauth/expire-access-tokens")
             try await Self.post(live, "/sim/oauth/token-delay?ms=300")
             let ports = [live.port] + live.others.map(\.port)
-            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            let outcomes = try await withThrowingTaskGroup(of: String.self) { group in
                 for i in 0..<200 {
                     group.addTask {
-                        try await RawHTTP.request(
+                        let r = try await RawHTTP.request(
                             port: ports[i % ports.count], method: "GET", target: "/v1/proxy/oauth-api/data",
-                            headers: [("Authorization", "Bearer \(token)")]
-                        ).status
+                            headers: [("Authorization", "Bearer \(token)")])
+                        return r.status == 200 ? "200" : "\(r.status) \(r.json?["code"] as? String ?? "") \(r.json?["detail"] as? String ?? "")"
                     }
                 }
-                return try await group.reduce(into: [Int]()) { $0.append($1) }
+                return try await group.reduce(into: [String]()) { $0.append($1) }
             }
-            #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+            #expect(outcomes.allSatisfy { $0 == "200" }, "\(Dictionary(grouping: outcomes, by: { $0 }).mapValues(\.count))")
             #expect(live.simulator.oauth.tokenCalls(grant: "refresh_token") == 1)
         }
     }
