@@ -16,8 +16,9 @@ public final class ParleyProcess: Sendable {
 
     /// Starts `parley <arguments>` and waits (bounded) for its ready line.
     public static func start(
-        arguments: [String] = ["serve"], environment: [String: String], port: Int = freeLocalPort(), waitForReady: Bool = true
+        arguments: [String] = ["serve"], environment: [String: String], port: Int? = nil, waitForReady: Bool = true
     ) async throws -> ParleyProcess {
+        let port = try port ?? FreePort.find()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binaryPath())
         process.arguments = arguments

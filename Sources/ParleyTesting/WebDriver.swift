@@ -38,7 +38,7 @@ public final class ChromeDriver: Sendable {
     /// Runs chromedriver on a free port and waits (bounded) until `GET /status` says ready.
     public static func start(driverPath: String = defaultDriverPath, timeout: Duration = .seconds(20)) async throws -> ChromeDriver {
         try requireExecutable(driverPath, what: "chromedriver")
-        let port = freeLocalPort()
+        let port = try FreePort.find()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: driverPath)
         process.arguments = ["--port=\(port)"]
@@ -239,63 +239,13 @@ enum WebDriverHTTP {
         return try await runOnOwnThread { try exchange(port: port, bytes: bytes, timeout: timeout) }
     }
 
+    /// chromedriver keeps connections open, so the shared client's read stops at Content-Length.
     private static func exchange(port: Int, bytes: [UInt8], timeout: Int) throws -> Response {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw WebDriverError("socket() failed") }
-        defer { close(fd) }
-        var tv = timeval(tv_sec: timeout, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        let received: [UInt8]
+        do { received = try RawHTTP.exchange(port: port, bytes: bytes, timeout: timeout) } catch {
+            throw WebDriverError("no answer from chromedriver on 127.0.0.1:\(port): \(error)")
         }
-        guard connected == 0 else { throw WebDriverError("connect to chromedriver on 127.0.0.1:\(port) failed") }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-            guard n > 0 else { throw WebDriverError("write to chromedriver failed") }
-            offset += n
-        }
-
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        var headEnd: Int?
-        var expected: Int?  // total bytes (head + body) once Content-Length is known
-        var status = 0
-        while expected.map({ received.count < $0 }) ?? true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 { throw WebDriverError("no answer from chromedriver within \(timeout) s") }
-            if n == 0 { break }
-            received.append(contentsOf: buffer[0..<n])
-            if headEnd == nil, let end = find([13, 10, 13, 10], in: received) {
-                headEnd = end + 4
-                let lines = String(decoding: received[0..<end], as: UTF8.self).components(separatedBy: "\r\n")
-                let statusParts = lines[0].split(separator: " ")
-                guard statusParts.count >= 2, let code = Int(statusParts[1]) else { throw WebDriverError("bad status line from chromedriver") }
-                status = code
-                for line in lines.dropFirst() {
-                    guard let colon = line.firstIndex(of: ":") else { continue }
-                    if line[..<colon].lowercased() == "content-length",
-                        let length = Int(line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-                    {
-                        expected = end + 4 + length
-                    }
-                }
-            }
-        }
-        guard let start = headEnd else { throw WebDriverError("incomplete answer from chromedriver") }
-        return Response(status: status, body: Array(received[start..<(expected.map { min($0, received.count) } ?? received.count)]))
-    }
-
-    private static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        guard haystack.count >= needle.count else { return nil }
-        for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] && Array(haystack[i..<(i + needle.count)]) == needle {
-            return i
-        }
-        return nil
+        guard let parsed = try? RawHTTP.parse(received) else { throw WebDriverError("incomplete answer from chromedriver") }
+        return Response(status: parsed.status, body: parsed.body)
     }
 }

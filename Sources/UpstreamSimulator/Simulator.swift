@@ -120,24 +120,6 @@ private func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) ->
     )
 }
 
-private func text(_ string: String, status: HTTPResponse.Status = .ok) -> Response {
-    Response(
-        status: status,
-        headers: [.contentType: "text/plain; charset=utf-8"],
-        body: .init(byteBuffer: ByteBuffer(string: string))
-    )
-}
-
-/// Streams a request body through SHA-256 without keeping it.
-private func hashBody(_ body: RequestBody) async throws -> (count: Int, sha256: String) {
-    let hasher = SHA256Hasher()
-    var count = 0
-    for try await buffer in body {
-        buffer.withUnsafeReadableBytes { hasher.update($0) }
-        count += buffer.readableBytes
-    }
-    return (count, Hex.encode(hasher.finalize()))
-}
 
 private func isAuthorized(_ request: Request, _ configuration: SimulatorConfiguration) -> Bool {
     guard let header = request.headers[.authorization] else { return false }
@@ -162,7 +144,7 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
         state.record("GET /files/big")
         let mib = request.uri.queryParameters["mb"].flatMap { Int($0) } ?? 1
         guard (0...configuration.maxBigFileMiB).contains(mib) else {
-            return text("mb must be in 0...\(configuration.maxBigFileMiB)", status: .badRequest)
+            return SimHTTP.text("mb must be in 0...\(configuration.maxBigFileMiB)", status: .badRequest)
         }
         let total = mib << 20
         let chunk = BigFile.chunk
@@ -184,7 +166,7 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
     for method in [HTTPRequest.Method.post, .put] {
         router.on("/upload", method: method) { request, _ -> Response in
             state.record("\(method.rawValue) /upload")
-            let (count, digest) = try await hashBody(request.body)
+            let (count, digest) = try await SimHTTP.digest(request.body)
             return json(UploadAnswer(bytes: count, sha256: digest))
         }
     }
@@ -209,7 +191,7 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
             for field in request.headers {
                 headers[field.name.canonicalName, default: []].append(field.value)
             }
-            let (count, digest) = try await hashBody(request.body)
+            let (count, digest) = try await SimHTTP.digest(request.body)
             return json(
                 EchoAnswer(
                     method: request.method.rawValue, path: String(path), query: String(query),
@@ -222,10 +204,10 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
         state.record("GET /slow")
         let ms = request.uri.queryParameters["ms"].flatMap { Int($0) } ?? 1000
         guard (0...configuration.maxSlowMilliseconds).contains(ms) else {
-            return text("ms must be in 0...\(configuration.maxSlowMilliseconds)", status: .badRequest)
+            return SimHTTP.text("ms must be in 0...\(configuration.maxSlowMilliseconds)", status: .badRequest)
         }
         try await Task.sleep(for: .milliseconds(ms))
-        return text("slow: \(ms) ms")
+        return SimHTTP.text("slow: \(ms) ms")
     }
 
     router.get("/stall") { request, _ -> Response in
@@ -255,13 +237,13 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
     router.get("/status/{code}") { _, context -> Response in
         state.record("GET /status")
         guard let code = context.parameters.get("code", as: Int.self), (200...599).contains(code) else {
-            return text("status must be in 200...599", status: .badRequest)
+            return SimHTTP.text("status must be in 200...599", status: .badRequest)
         }
         let status = HTTPResponse.Status(code: code)
         if code == 204 || code == 304 {
             return Response(status: status)
         }
-        return text("status \(code)", status: status)
+        return SimHTTP.text("status \(code)", status: status)
     }
 
     addSMPRoutes(to: router, configuration: configuration, state: state)

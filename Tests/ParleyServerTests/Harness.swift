@@ -113,7 +113,7 @@ func withLiveParley<T: Sendable>(
 
         var instances: [(Parley, any ApplicationProtocol, AsyncStream<Int>)] = []
         for _ in 0..<options.instances {
-            let port = options.fixedPorts ? freeLocalPort() : 0
+            let port = options.fixedPorts ? try FreePort.find() : 0
             var configuration = ParleyConfiguration(
                 databaseURL: databaseURL, listenPort: port, publicURL: "http://127.0.0.1:\(port)", keyRing: testKeyRing(),
                 adminTokens: ["admin-token-0123456789"], destinations: destinations,

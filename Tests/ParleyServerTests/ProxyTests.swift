@@ -161,7 +161,7 @@ import Testing
     }
 
     @Test func upstreamFailuresBecomeProblems() async throws {
-        let closedPort = freeLocalPort()
+        let closedPort = try FreePort.find()
         try await withLiveParley(destinations: { url in
             var slow = Destination(name: "slow", url: url)
             slow.timeouts = .init(connectSeconds: 2, idleSeconds: 1, totalSeconds: 1)
