@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Runs Parley with the upstream simulator as the demo destination.
 # When PARLEY_DATABASE_URL is unset, starts a local PostgreSQL in .local/postgres
-# (as the 'postgres' user when run as root). When PARLEY_ENCRYPTION_KEYS is unset,
+# (as root: as the 'postgres' user, in /var/tmp/parley-demo-*/postgres). When PARLEY_ENCRYPTION_KEYS is unset,
 # generates a demo key ring in .local/ and says so. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 scripts/install-deps.sh
-swift build -c release --product parley 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare' || true
-swift build -c release --product upstream-simulator 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare' || true
-bin="$(swift build -c release --show-bin-path)"
 mkdir -p .local
 chmod 700 .local
+for product in parley upstream-simulator; do
+  echo "parley demo: building $product (release; the first build takes several minutes)" >&2
+  swift build -c release --product "$product" >.local/build.log 2>&1 || { tail -30 .local/build.log >&2; exit 1; }
+done
+bin="$(swift build -c release --show-bin-path)"
 
 pids=()
 cleanup() {
@@ -26,12 +28,14 @@ if [ -z "${PARLEY_DATABASE_URL:-}" ]; then
   pg_data="$root/.local/postgres"
   pg_port="${PARLEY_DEMO_PG_PORT:-54329}"
   if [ "$(id -u)" -eq 0 ]; then
+    # PostgreSQL refuses to run as root: run it as 'postgres', in a folder that user
+    # can reach even when the checkout is under a private home directory.
     as_pg="runuser -u postgres --"
-    chmod 711 "$root/.local"
-    mkdir -p "$pg_data" && chown postgres "$pg_data"
+    pg_data="/var/tmp/parley-demo-$(printf %s "$root" | sha256sum | cut -c1-12)/postgres"
+    mkdir -p "$pg_data" && chown postgres "$pg_data" "$(dirname "$pg_data")" && chmod 700 "$pg_data"
   fi
   if [ ! -f "$pg_data/PG_VERSION" ]; then
-    echo "parley demo: creating a local PostgreSQL in .local/postgres" >&2
+    echo "parley demo: creating a local PostgreSQL in $pg_data" >&2
     $as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >/dev/null
   fi
   $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \

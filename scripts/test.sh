@@ -7,8 +7,12 @@ scripts/install-deps.sh --test
 command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6 toolchain needed)" >&2; exit 1; }
 
 export PARLEY_MIGRATIONS_DIR="$PWD/migrations"
-swift build --build-tests 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare' || true
-test -x .build/debug/parley || { echo "build failed" >&2; swift build --build-tests; exit 1; }
+# Quieter build output; the build's own exit status decides (never test a stale binary).
+set +o pipefail
+swift build --build-tests 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare'
+status=${PIPESTATUS[0]}
+set -o pipefail
+[ "$status" -eq 0 ] || { echo "build failed (exit $status)" >&2; exit "$status"; }
 # The live tests run the built binaries; they find them here.
 export PARLEY_BINARY="$PWD/.build/debug/parley"
 export PARLEY_SIMULATOR_BINARY="$PWD/.build/debug/upstream-simulator"
