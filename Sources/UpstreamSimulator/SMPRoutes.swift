@@ -29,10 +29,16 @@ enum SMPAuth {
         return user && password
     }
 
-    /// A valid session cookie first, then Basic (which creates a session); nil means "challenge".
-    static func authenticate(_ request: Request, _ configuration: SimulatorConfiguration, _ smp: SMPState) -> SMPLogin? {
+    /// A valid session cookie first, then a valid OAuth2 bearer token when `oauth` is given
+    /// (an OAuth-protected SMP), then Basic; the last two create a session. nil means "challenge".
+    static func authenticate(
+        _ request: Request, _ configuration: SimulatorConfiguration, _ smp: SMPState, oauth: OAuthState? = nil
+    ) -> SMPLogin? {
         if let session = SimHTTP.cookie(sessionCookie, in: request), smp.isValidSession(session) {
             return SMPLogin(session: session, isNew: false)
+        }
+        if let oauth, let token = SimHTTP.bearerToken(request), let access = oauth.validate(accessToken: token) {
+            return SMPLogin(session: smp.createSession(user: access.subject), isNew: true)
         }
         guard basicMatches(request, configuration) else { return nil }
         return SMPLogin(session: smp.createSession(user: configuration.basicUsername), isNew: true)
@@ -127,7 +133,7 @@ func addSMPRoutes(to router: Router<BasicRequestContext>, configuration: Simulat
 
     router.post("/odata/applications/latest/{appId}/Connections") { request, context -> Response in
         state.record("POST /odata/Connections")
-        guard let login = SMPAuth.authenticate(request, configuration, smp) else {
+        guard let login = SMPAuth.authenticate(request, configuration, smp, oauth: state.oauth) else {
             try await SimHTTP.drain(request.body)
             return SMPAuth.challenge(configuration, smp)
         }
@@ -148,7 +154,7 @@ func addSMPRoutes(to router: Router<BasicRequestContext>, configuration: Simulat
 
     router.delete("/odata/applications/latest/{appId}/{connection}") { request, context -> Response in
         state.record("DELETE /odata/Connections")
-        guard let login = SMPAuth.authenticate(request, configuration, smp) else {
+        guard let login = SMPAuth.authenticate(request, configuration, smp, oauth: state.oauth) else {
             return SMPAuth.challenge(configuration, smp)
         }
         let appId = context.parameters.get("appId").map { $0.removingPercentEncoding ?? $0 } ?? ""

@@ -247,6 +247,38 @@ import UpstreamSimulator
         }
     }
 
+    /// Registration with an OAuth-protected SMP: `login_required` with a flow, then
+    /// active with an APPCID by itself once the flow completes.
+    @Test func smpRegistrationCompletesAfterTheLoginFlow() async throws {
+        try await withLiveParley(
+            destinations: { url in
+                var d = Self.destination(url, grant: "authorization_code", clientID: "parley-public", secret: nil)
+                d.smp = .init(appId: "com.example.app")
+                return [d]
+            },
+            options: LiveOptions(fixedPorts: true)
+        ) { live in
+            let created = try await live.json("POST", "/v1/registrations", ["destination": "as", "deviceType": "iOS"])
+            #expect(created.status == 201, "\(created.text)")
+            #expect(created.json?["status"] as? String == "login_required")
+            #expect(created.json?["appcid"] is NSNull)
+            let flow = try #require(created.json?["flow"] as? [String: Any])
+            let flowURL = try #require(flow["url"] as? String)
+            let token = try #require(created.json?["clientToken"] as? String)
+            let pending = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect((pending.json?["flow"] as? [String: Any])?["id"] as? String == flow["id"] as? String)
+
+            let (callback, _) = try await Self.completeWithoutBrowser(live, flowURL: flowURL, baseURL: live.baseURL)
+            #expect(callback.status == 303)
+            let me = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect(me.json?["status"] as? String == "active")
+            let appcid = try #require(me.json?["appcid"] as? String)
+            #expect(live.simulator.smp.registrations[appcid]?.deviceType == "iOS")
+            #expect(try await live.request("DELETE", "/v1/registrations/me", token: token).status == 204)
+            #expect(live.simulator.smp.deletedAppcids.contains(appcid))
+        }
+    }
+
     @Test func flowRejections() async throws {
         let clock = TestClock(Date())
         try await withLiveParley(
