@@ -1,0 +1,474 @@
+#!/usr/bin/env bash
+# Parley benchmark (a script, not a test). Prints a report; see docs/benchmarks.md.
+#
+#   scripts/bench.sh          (or: make bench)
+#
+# Builds the release binaries, then starts — all on this machine, in one run — a
+# throwaway PostgreSQL, the upstream simulator, Parley and nginx, and measures:
+#   1. small GET /echo/bench: simulator direct vs nginx proxy_pass vs Parley /v1/proxy
+#      (wrk: throughput, p50, p99; ratios against the baselines of the same run),
+#      under load (32 connections) and one request at a time (1 connection);
+#      plus Parley's /healthz and /v1/registrations/me to split its cost;
+#   2. Parley's resident memory during a 1 GiB proxied download;
+#   3. Parley's cold start to ready and its idle resident memory.
+# Exits 0 when everything ran (a missed target is a finding, not a failure);
+# non-zero when something could not run or answered with errors.
+#
+# Knobs (environment):
+#   BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s)   the load runs
+#   BENCH_LATENCY_DURATION (5s)                                       the 1-connection runs
+#   BENCH_WARMUP (3s)                                                 before every run
+#   BENCH_DOWNLOAD_MIB (1024)                                         the memory run
+#   BENCH_SKIP_BUILD=1                                                use the existing release binaries
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+
+case "${1:-}" in
+  -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+  "") ;;
+  *) echo "usage: scripts/bench.sh  (no arguments; knobs are environment variables, see --help)" >&2; exit 64 ;;
+esac
+
+threads="${BENCH_THREADS:-2}"
+connections="${BENCH_CONNECTIONS:-32}"
+duration="${BENCH_DURATION:-10s}"
+latency_duration="${BENCH_LATENCY_DURATION:-5s}"
+warmup="${BENCH_WARMUP:-3s}"
+download_mib="${BENCH_DOWNLOAD_MIB:-1024}"
+
+say() { printf '%s\n' "$*"; }
+die() { printf 'bench: FAILED: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- cleanup
+tmp=""
+pids=()
+pg_data=""
+as_pg=""
+pg_bin=""
+cleanup() {
+  local rc=$?
+  set +e
+  if [ "$rc" -ne 0 ] && [ -n "$tmp" ]; then
+    for log in "$tmp/parley.log" "$tmp/simulator.log" "$tmp/nginx/logs/error.log"; do
+      [ -s "$log" ] && { echo "--- last lines of $(basename "$log")" >&2; tail -20 "$log" >&2; }
+    done
+    if [ -n "${parley_pid:-}" ] && ! kill -0 "$parley_pid" 2>/dev/null; then
+      wait "$parley_pid" 2>/dev/null
+      echo "bench: Parley (pid $parley_pid) is no longer running; exit status $?" >&2
+    fi
+  fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  if [ -n "$pg_data" ] && [ -f "$pg_data/postmaster.pid" ]; then
+    $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1
+  fi
+  [ -n "$tmp" ] && rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Forget a process that has exited (so cleanup does not signal a recycled pid).
+forget() {
+  local keep=() p
+  for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  pids=("${keep[@]}")
+}
+
+# N distinct free loopback ports (all held open until every one is chosen).
+free_ports() {
+  python3 -c 'import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
+}
+now_ns() { date +%s%N; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
+# Polls $1 until it answers 200, at most $2 seconds; 10 ms between tries.
+wait_http_200() {
+  local url="$1" limit_ns=$(( $(now_ns) + $2 * 1000000000 ))
+  while [ "$(now_ns)" -lt "$limit_ns" ]; do
+    [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' "$url" 2>/dev/null || true)" = "200" ] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# ---------------------------------------------------------------- build
+scripts/install-deps.sh --test
+command -v swift >/dev/null || die "swift is not on PATH (Swift 6 toolchain needed)"
+for tool in wrk nginx curl openssl python3; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
+tmp="$(mktemp -d /tmp/parley-bench.XXXXXX)"
+if [ "${BENCH_SKIP_BUILD:-}" != "1" ]; then
+  say "bench: building release binaries (swift build -c release; several minutes on a cold .build)" >&2
+  for product in parley upstream-simulator; do
+    swift build -c release --product "$product" >"$tmp/build-$product.log" 2>&1 \
+      || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --product $product"; }
+  done
+fi
+bin="$(swift build -c release --show-bin-path)"
+[ -x "$bin/parley" ] && [ -x "$bin/upstream-simulator" ] || die "release binaries missing in $bin"
+
+# ---------------------------------------------------------------- PostgreSQL (like scripts/run.sh)
+pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+pg_data="$tmp/postgres"
+read -r pg_port sim_port nginx_port parley_port < <(free_ports 4)
+if [ "$(id -u)" -eq 0 ]; then
+  as_pg="runuser -u postgres --"
+  chmod 711 "$tmp"
+  mkdir -p "$pg_data" && chown postgres "$pg_data"
+fi
+$as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; die "initdb"; }
+$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
+  -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+database_url="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
+psql_value() { "$pg_bin/psql" -X -A -t -h 127.0.0.1 -p "$pg_port" -U parley -d postgres -c "$1"; }
+
+# ---------------------------------------------------------------- simulator
+"$bin/upstream-simulator" --host 127.0.0.1 --port "$sim_port" >"$tmp/simulator.log" 2>&1 &
+sim_pid=$!
+pids+=("$sim_pid")
+wait_http_200 "http://127.0.0.1:$sim_port/echo/ready" 20 || { cat "$tmp/simulator.log" >&2; die "the simulator did not answer"; }
+
+# ---------------------------------------------------------------- nginx
+mkdir -p "$tmp/nginx/logs" "$tmp/nginx/temp"
+cat >"$tmp/nginx/nginx.conf" <<NGINX
+daemon off;
+master_process on;
+worker_processes 1;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/nginx/temp/body;
+    proxy_temp_path $tmp/nginx/temp/proxy;
+    fastcgi_temp_path $tmp/nginx/temp/fastcgi;
+    uwsgi_temp_path $tmp/nginx/temp/uwsgi;
+    scgi_temp_path $tmp/nginx/temp/scgi;
+    upstream simulator {
+        server 127.0.0.1:$sim_port;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location / {
+            proxy_pass http://simulator;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Authorization "Bearer static";
+        }
+    }
+}
+NGINX
+nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" >"$tmp/nginx/stdout.log" 2>&1 &
+nginx_pid=$!
+pids+=("$nginx_pid")
+wait_http_200 "http://127.0.0.1:$nginx_port/echo/ready" 20 || { cat "$tmp/nginx/logs/error.log" >&2; die "nginx did not answer"; }
+
+# ---------------------------------------------------------------- Parley
+cat >"$tmp/destinations.yaml" <<YAML
+destinations:
+  - name: bench
+    url: http://127.0.0.1:$sim_port
+YAML
+keys="k1:$(openssl rand -base64 32)"
+parley_pid=""
+# Starts `parley serve` and waits for /readyz; sets parley_pid and start_ms.
+start_parley() {
+  local log="$1" t0
+  t0="$(now_ns)"
+  PARLEY_DATABASE_URL="$database_url" PARLEY_ENCRYPTION_KEYS="$keys" PARLEY_DESTINATIONS="$tmp/destinations.yaml" \
+    PARLEY_MIGRATIONS_DIR="$root/migrations" PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" \
+    "$bin/parley" serve >"$log" 2>&1 &
+  parley_pid=$!
+  pids+=("$parley_pid")
+  wait_http_200 "http://127.0.0.1:$parley_port/readyz" 30 || { cat "$log" >&2; die "Parley did not become ready within 30 s"; }
+  start_ms=$(( ($(now_ns) - t0) / 1000000 ))
+}
+stop_parley() {
+  kill -TERM "$parley_pid"
+  for _ in $(seq 300); do kill -0 "$parley_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$parley_pid" 2>/dev/null && die "Parley did not stop within 30 s of SIGTERM"
+  wait "$parley_pid" 2>/dev/null || true
+  forget "$parley_pid"
+}
+
+# First start: empty database, so the migrations run. Then a restart against the
+# migrated schema — the usual cold start — which is the instance under test.
+start_parley "$tmp/parley-first.log"
+first_start_ms=$start_ms
+stop_parley
+start_parley "$tmp/parley.log"
+cold_start_ms=$start_ms
+sleep 1
+idle_rss_kib="$(rss_kib "$parley_pid")"
+
+# ---------------------------------------------------------------- registration
+registration="$(curl -s -f -XPOST "http://127.0.0.1:$parley_port/v1/registrations" -d '{"destination":"bench"}')" \
+  || die "POST /v1/registrations failed"
+token="$(printf '%s' "$registration" | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientToken"])')" \
+  || die "the registration answer has no clientToken"
+unset registration
+[ -n "$token" ] || die "empty clientToken"
+code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench")"
+[ "$code" = "200" ] || die "GET /v1/proxy/echo/bench through Parley answered $code"
+
+# ---------------------------------------------------------------- load
+# CPU seconds (user+system) used so far by a set of processes.
+cpu_ticks() {
+  local total=0 p t
+  for p in "$@"; do
+    t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)"
+    total=$(( total + t ))
+  done
+  echo "$total"
+}
+pg_pids() {
+  local main
+  main="$(head -1 "$pg_data/postmaster.pid")"
+  echo "$main" $(pgrep -P "$main" || true)
+}
+nginx_pids() { echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true); }
+hz="$(getconf CLK_TCK)"
+# Busy and total clock ticks of the whole machine (all cores), from /proc/stat.
+machine_ticks() {
+  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+# CPU ticks used by this shell's finished children so far (wrk, once it has been waited for).
+# `times` must run in this shell, not in a $(…) subshell, hence the file.
+children_ticks() {
+  times >"$tmp/times"
+  awk -v hz="$hz" 'NR == 2 {
+    t = 0
+    for (f = 1; f <= 2; f++) { split($f, p, "m"); sub(/s$/, "", p[2]); t += p[1] * 60 + p[2] }
+    printf "%d", t * hz + 0.5 }' "$tmp/times"
+}
+
+# wrk latency such as 812.00us, 1.23ms, 1.05s → milliseconds
+to_ms() {
+  awk -v v="$1" 'BEGIN {
+    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+    else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
+    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+    else { printf "nan" } }'
+}
+
+# run_wrk NAME URL [header] — wrk with $w_threads, $w_connections, $w_duration; sets rps_NAME, p50_NAME, p90_NAME, p99_NAME, req_NAME, CPU deltas and other_pct_NAME.
+run_wrk() {
+  local name="$1" url="$2" header="${3:-}" out="$tmp/wrk-$1.txt" args=()
+  [ -n "$header" ] && args=(-H "$header")
+  wrk -t"$w_threads" -c"$w_connections" -d"$warmup" "${args[@]}" "$url" >"$tmp/wrk-$name-warmup.txt" 2>&1 \
+    || { cat "$tmp/wrk-$name-warmup.txt" >&2; die "wrk warm-up against $name"; }
+  # PostgreSQL reports a backend's transaction counts up to 10 s late once it goes idle,
+  # so the count is taken (for Parley only) after 11 s of quiet on both sides.
+  local xact_before=0 xact_after=0 xact_query="SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'"
+  if [ "$name" = parley ]; then sleep 11; xact_before="$(psql_value "$xact_query")"; fi
+  local c_parley c_sim c_nginx c_pg c_wrk m_busy m_all
+  read -r m_busy m_all < <(machine_ticks)
+  children_ticks >"$tmp/ticks"; c_wrk="$(cat "$tmp/ticks")"
+  c_parley="$(cpu_ticks "$parley_pid")"; c_sim="$(cpu_ticks "$sim_pid")"
+  c_nginx="$(cpu_ticks $(nginx_pids))"; c_pg="$(cpu_ticks $(pg_pids))"
+  wrk -t"$w_threads" -c"$w_connections" -d"$w_duration" --latency "${args[@]}" "$url" >"$out" 2>&1 \
+    || { cat "$out" >&2; die "wrk against $name"; }
+  printf -v "cpu_parley_$name" '%s' "$(( $(cpu_ticks "$parley_pid") - c_parley ))"
+  printf -v "cpu_sim_$name" '%s' "$(( $(cpu_ticks "$sim_pid") - c_sim ))"
+  printf -v "cpu_nginx_$name" '%s' "$(( $(cpu_ticks $(nginx_pids)) - c_nginx ))"
+  printf -v "cpu_pg_$name" '%s' "$(( $(cpu_ticks $(pg_pids)) - c_pg ))"
+  children_ticks >"$tmp/ticks"
+  printf -v "cpu_wrk_$name" '%s' "$(( $(cat "$tmp/ticks") - c_wrk ))"
+  local m_busy2 m_all2 ours
+  read -r m_busy2 m_all2 < <(machine_ticks)
+  ours=$(( cpu_parley_$name + cpu_sim_$name + cpu_nginx_$name + cpu_pg_$name + cpu_wrk_$name ))
+  printf -v "other_pct_$name" '%s' "$(awk -v o=$(( m_busy2 - m_busy - ours )) -v all=$(( m_all2 - m_all )) \
+    'BEGIN { v = all ? 100 * o / all : 0; if (v < 0) v = 0; printf "%.0f", v }')"
+  if [ "$name" = parley ]; then sleep 11; xact_after="$(psql_value "$xact_query")"; fi
+  printf -v "xact_$name" '%s' "$(( xact_after - xact_before ))"
+
+  local rps p50 p90 p99 requests non2xx errors
+  rps="$(awk '/^Requests\/sec:/ {print $2}' "$out")"
+  p50="$(awk '$1 == "50%" {print $2}' "$out")"
+  p90="$(awk '$1 == "90%" {print $2}' "$out")"
+  p99="$(awk '$1 == "99%" {print $2}' "$out")"
+  requests="$(awk '/requests in/ {print $1}' "$out")"
+  non2xx="$(awk -F: '/Non-2xx or 3xx responses/ {gsub(/ /, "", $2); print $2}' "$out")"
+  errors="$(grep -E '^ *Socket errors' "$out" || true)"
+  [ -n "$rps" ] && [ -n "$p50" ] && [ -n "$p99" ] && [ -n "$requests" ] || { cat "$out" >&2; die "cannot parse the wrk output for $name"; }
+  [ "$requests" -gt 0 ] || die "no requests completed against $name"
+  if [ -n "$non2xx" ] && [ "$non2xx" != "0" ]; then
+    cat "$out" >&2
+    die "$name: $non2xx of $requests responses were not 2xx/3xx"
+  fi
+  printf -v "rps_$name" '%s' "$rps"
+  printf -v "p50_$name" '%s' "$(to_ms "$p50")"
+  printf -v "p90_$name" '%s' "$(to_ms "$p90")"
+  printf -v "p99_$name" '%s' "$(to_ms "$p99")"
+  printf -v "req_$name" '%s' "$requests"
+  printf -v "err_$name" '%s' "${errors:-}"
+}
+
+# How busy the machine is with other work just before the load runs (our servers are idle now).
+cpu_busy_pct() {
+  local a b
+  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
+  awk -v u=$(( (b[1]+b[2]+b[3]+b[6]+b[7]+b[8]) - (a[1]+a[2]+a[3]+a[6]+a[7]+a[8]) )) \
+      -v i=$(( (b[4]+b[5]) - (a[4]+a[5]) )) 'BEGIN { printf "%.0f", (u + i) ? 100 * u / (u + i) : 0 }'
+}
+busy_before="$(cpu_busy_pct)"
+say "bench: load runs (wrk -t$threads -c$connections -d$duration --latency, after a $warmup warm-up each)" >&2
+w_threads="$threads" w_connections="$connections" w_duration="$duration"
+run_wrk direct "http://127.0.0.1:$sim_port/echo/bench"
+run_wrk nginx "http://127.0.0.1:$nginx_port/echo/bench"
+run_wrk parley "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
+# Breakdown of Parley's own cost: the HTTP stack and middleware alone (/healthz: no
+# database, no upstream), then with the client-token lookup (/v1/registrations/me:
+# one query, no upstream). The proxied GET adds the cookie-jar read and the upstream call.
+run_wrk healthz "http://127.0.0.1:$parley_port/healthz"
+run_wrk me "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: Bearer $token"
+# Latency without queueing: one connection, one request at a time. Under the saturating
+# load above, latency is mostly time spent waiting for a CPU (Little's law: connections / throughput).
+say "bench: single-connection latency runs (wrk -t1 -c1 -d$latency_duration)" >&2
+w_threads=1 w_connections=1 w_duration="$latency_duration"
+run_wrk direct1 "http://127.0.0.1:$sim_port/echo/bench"
+run_wrk nginx1 "http://127.0.0.1:$nginx_port/echo/bench"
+run_wrk parley1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
+run_wrk healthz1 "http://127.0.0.1:$parley_port/healthz"
+run_wrk me1 "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: Bearer $token"
+
+# ---------------------------------------------------------------- memory during a big download
+say "bench: ${download_mib} MiB proxied download" >&2
+sleep 1
+rss_before_kib="$(rss_kib "$parley_pid")"
+rss_peak_kib="$rss_before_kib"
+curl -s -o /dev/null -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n' \
+  -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/files/big?mb=$download_mib" >"$tmp/download.txt" &
+curl_pid=$!
+pids+=("$curl_pid")
+samples=0
+while kill -0 "$curl_pid" 2>/dev/null; do
+  r="$(rss_kib "$parley_pid")"
+  [ "$r" -gt "$rss_peak_kib" ] && rss_peak_kib="$r"
+  samples=$((samples + 1))
+  sleep 0.1
+done
+r="$(rss_kib "$parley_pid")"  # one more sample as the download ends (a short one may fit between samples)
+[ "$r" -gt "$rss_peak_kib" ] && rss_peak_kib="$r"
+samples=$((samples + 1))
+wait "$curl_pid" || die "the proxied download failed (curl exit $?)"
+forget "$curl_pid"
+read -r dl_code dl_bytes dl_seconds dl_speed <"$tmp/download.txt"
+[ "$dl_code" = "200" ] || die "the proxied download answered $dl_code"
+[ "$dl_bytes" = "$(( download_mib << 20 ))" ] || die "the proxied download delivered $dl_bytes bytes, expected $(( download_mib << 20 ))"
+sleep 1
+rss_after_kib="$(rss_kib "$parley_pid")"
+unset token
+
+# ---------------------------------------------------------------- report
+header_row() { printf '%-34s %11s %8s %8s %8s %9s %8s\n' "path" "requests/s" "p50 ms" "p90 ms" "p99 ms" "requests" "other %"; }
+row() {
+  local r="rps_$2" a="p50_$2" b="p90_$2" c="p99_$2" n="req_$2" o="other_pct_$2"
+  printf '%-34s %11s %8s %8s %8s %9s %8s\n' "$1" "${!r}" "${!a}" "${!b}" "${!c}" "${!n}" "${!o}"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+diff_ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
+per_req_us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }'; }
+verdict() { awk -v ok="$1" 'BEGIN { print (ok ? "met" : "MISSED") }'; }
+
+tp_parley_nginx="$(ratio "$rps_parley" "$rps_nginx")"
+tp_parley_direct="$(ratio "$rps_parley" "$rps_direct")"
+tp_nginx_direct="$(ratio "$rps_nginx" "$rps_direct")"
+add_p99_parley="$(diff_ms "$p99_parley" "$p99_direct")"
+add_p99_nginx="$(diff_ms "$p99_nginx" "$p99_direct")"
+add_p99_parley1="$(diff_ms "$p99_parley1" "$p99_direct1")"
+add_p50_parley="$(diff_ms "$p50_parley" "$p50_direct")"
+add_p50_nginx="$(diff_ms "$p50_nginx" "$p50_direct")"
+growth_kib=$(( rss_peak_kib - rss_before_kib ))
+dl_mibps="$(awk -v s="$dl_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+
+say ""
+say "================ Parley benchmark ================"
+say "date:      $(date -u '+%Y-%m-%d %H:%M UTC')"
+say "machine:   $(nproc) cores ($(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)"
+say "commit:    $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- Sources 2>/dev/null || echo ' (+ uncommitted changes in Sources)')"
+say "tools:     $(wrk -v 2>&1 | head -1 | awk '{print "wrk", $2}'), $(nginx -v 2>&1 | sed 's/.*: //'), PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}'), $(swift --version 2>/dev/null | head -1 | sed 's/ (.*//')"
+say "other work: the machine was ${busy_before}% busy (2 s sample) just before the load runs, with our servers idle"
+inherited="$(env | awk -F= '/^PARLEY_/ && $1 !~ /^PARLEY_(DATABASE_URL|ENCRYPTION_KEYS|DESTINATIONS|MIGRATIONS_DIR|LOG_LEVEL|LISTEN)$/ {
+  print ($1 ~ /TOKEN|KEY|SECRET|PASSWORD|URL/) ? $1 "=(set)" : $0 }' | sort | tr '\n' ' ')"
+say "parley:    PARLEY_LOG_LEVEL=warning, no auth blocks on the destination${inherited:+; inherited from the environment: $inherited}"
+say "NOTE:      wrk, Parley, the simulator, nginx and PostgreSQL share these $(nproc) cores;"
+say "           every figure below includes that contention (the load generator competes with the server)."
+say ""
+say "-- small GET /echo/bench, wrk -t$threads -c$connections -d$duration (keep-alive) --"
+header_row
+row "simulator direct" direct
+row "nginx proxy_pass -> simulator" nginx
+row "Parley /v1/proxy -> simulator" parley
+for n in direct nginx parley; do
+  e="err_$n"
+  [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
+done
+say "('other %': share of the machine's CPU time during that run used by processes outside this benchmark;"
+say " above a few % the run was disturbed by other work)"
+say "all responses 2xx (wrk 'Non-2xx or 3xx responses' absent or 0) on every path"
+say ""
+say "-- the same GET one request at a time, wrk -t1 -c1 -d$latency_duration (no queueing) --"
+header_row
+row "simulator direct" direct1
+row "nginx proxy_pass -> simulator" nginx1
+row "Parley /v1/proxy -> simulator" parley1
+row "Parley GET /healthz (no DB)" healthz1
+row "Parley GET /v1/registrations/me" me1
+say "added p50 at 1 connection: parley - direct = $(diff_ms "$p50_parley1" "$p50_direct1") ms, nginx - direct = $(diff_ms "$p50_nginx1" "$p50_direct1") ms"
+say "added p99 at 1 connection: parley - direct = $add_p99_parley1 ms, nginx - direct = $(diff_ms "$p99_nginx1" "$p99_direct1") ms"
+say "(a 1-connection p99 rests on a few thousand requests and is easily moved by other work on the machine)"
+say ""
+say "Parley breakdown (same wrk settings as the load runs; no upstream involved):"
+row "Parley GET /healthz (no DB)" healthz
+row "Parley GET /v1/registrations/me" me
+for n in healthz me direct1 nginx1 parley1 healthz1 me1; do
+  e="err_$n"
+  [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
+done
+say ""
+say "throughput   parley/nginx  = $tp_parley_nginx"
+say "throughput   parley/direct = $tp_parley_direct"
+say "throughput   nginx/direct  = $tp_nginx_direct"
+say "added p50    parley - direct = $add_p50_parley ms, nginx - direct = $add_p50_nginx ms"
+say "added p99    parley - direct = $add_p99_parley ms, nginx - direct = $add_p99_nginx ms"
+say "(wrk keeps $connections requests in flight, so under load latency is about connections / throughput:"
+say " $connections / $rps_parley = $(awk -v c="$connections" -v r="$rps_parley" 'BEGIN { printf "%.1f", 1000 * c / r }') ms for Parley — mostly waiting for a CPU, not work)"
+say ""
+say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
+printf '%-22s %10s %10s %10s %12s %10s\n' "run" "parley us" "sim us" "nginx us" "postgres us" "wrk us"
+for n in direct nginx parley healthz me; do
+  r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; cg="cpu_pg_$n"; cw="cpu_wrk_$n"
+  printf '%-22s %10s %10s %10s %12s %10s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
+    "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
+done
+say "(clock ticks of $((1000 / hz)) ms, so small figures are coarse)"
+say "PostgreSQL transactions per proxied GET: $(ratio "$xact_parley" "$req_parley") ($xact_parley for $req_parley requests, warm-up excluded)"
+say ""
+say "-- resident memory and start-up --"
+say "first start, empty database (runs migrations): $first_start_ms ms to /readyz 200"
+say "cold start to ready (schema current):          $cold_start_ms ms"
+say "idle RSS after start:                          $(mib "$idle_rss_kib") MiB"
+say "${download_mib} MiB proxied download: HTTP $dl_code, $dl_bytes bytes in ${dl_seconds}s = $dl_mibps MiB/s"
+say "  RSS before $(mib "$rss_before_kib") MiB, peak $(mib "$rss_peak_kib") MiB ($samples samples at 100 ms), growth $(mib "$growth_kib") MiB, after $(mib "$rss_after_kib") MiB"
+say ""
+say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
+say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct)"
+say "RESULT added p99 parley - direct = $add_p99_parley ms under load (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms"
+say "RESULT added latency at 1 connection parley - direct: p50 $(diff_ms "$p50_parley1" "$p50_direct1") ms, p99 $add_p99_parley1 ms (direct p99 $p99_direct1 ms; indicative only)"
+say "RESULT p50 ms direct/nginx/parley = $p50_direct / $p50_nginx / $p50_parley; p99 ms = $p99_direct / $p99_nginx / $p99_parley"
+say "RESULT rss growth during ${download_mib} MiB download = $(mib "$growth_kib") MiB (target < 64 MiB: $(verdict "$(( growth_kib < 65536 ))"))"
+say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target < 64 MiB: $(verdict "$(( idle_rss_kib < 65536 ))"))"
+say "RESULT cold start to ready = $cold_start_ms ms (target < 1000 ms: $(verdict "$(( cold_start_ms < 1000 ))")); first start with migrations = $first_start_ms ms"
