@@ -24,6 +24,8 @@ public final class Parley: Sendable {
     let configurator: DestinationConfigurator
     let managers: ManagerCache<UUID>
     let csrfTokens = CSRFTokenCache()
+    /// Client-token hash → registration, for the proxy path only (see `ShortCache`).
+    let proxyRegistrations = ShortCache<[UInt8], RegistrationRecord>(lifetime: .milliseconds(500))
     let listener: NotificationListener
     let flowNotifications: FlowNotifications
 
@@ -38,7 +40,7 @@ public final class Parley: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.registrations = RegistrationRepository(store: store, keyRing: configuration.keyRing)
-        self.cookies = CookieRepository(store: store, keyRing: configuration.keyRing)
+        self.cookies = CookieRepository(store: store, keyRing: configuration.keyRing, cache: ShortCache(lifetime: .milliseconds(500)))
         self.tokens = TokenRepository(store: store, keyRing: configuration.keyRing)
         self.flows = FlowRepository(store: store)
         let audit = AuditLog(store: store, logger: logger)
@@ -66,14 +68,17 @@ public final class Parley: Sendable {
     }
 
     /// The registration a bearer client token names, or `401 invalid_client_token`.
-    func authenticate(authorization: String?) async throws -> RegistrationRecord {
+    /// `cached`: the proxy path may use a lookup at most 500 ms old.
+    func authenticate(authorization: String?, cached: Bool = false) async throws -> RegistrationRecord {
         guard let authorization, authorization.count > 7, authorization.prefix(7).lowercased() == "bearer " else {
             throw Problem.invalidClientToken
         }
         let token = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        guard !token.isEmpty, token.utf8.count <= 512, let registration = try await registrations.find(clientToken: token) else {
-            throw Problem.invalidClientToken
-        }
+        guard !token.isEmpty, token.utf8.count <= 512 else { throw Problem.invalidClientToken }
+        let hash = SecretToken.hash(token)
+        if cached, let registration = proxyRegistrations.value(for: hash) { return registration }
+        guard let registration = try await registrations.find(clientToken: token) else { throw Problem.invalidClientToken }
+        if cached { proxyRegistrations.set(registration, for: hash) }
         return registration
     }
 }

@@ -10,7 +10,7 @@ extension Parley {
     /// `ANY /v1/proxy/{path…}`: the request goes through the registration's conversation
     /// manager; the final upstream response streams back with end-to-end headers only.
     func proxy(_ request: Request, context: some RequestContext) async throws -> Response {
-        let registration = try await authenticate(authorization: request.headers[.authorization])
+        let registration = try await authenticate(authorization: request.headers[.authorization], cached: true)
         guard let destination = configuration.destinations[registration.destination] else {
             throw Problem.invalid("the registration's destination is no longer configured")
         }

@@ -116,6 +116,7 @@ extension Parley {
             }
             try await registrations.setActive(id: record.id, appcid: appcid)
             managers.evict(record.id)
+            proxyRegistrations.removeAll()
             await audit.record("registration.activated", actor: .system, registrationID: record.id, destination: record.destination)
         } catch {
             await audit.record(
@@ -195,6 +196,8 @@ extension Parley {
         }
         await revokeUpstream(registration: record)
         try await registrations.delete(id: record.id)
+        proxyRegistrations.removeAll()
+        cookies.forget(registrationID: record.idString)
         managers.evict(record.id)
         csrfTokens.forget(registrationID: record.idString)
         await audit.record("registration.deleted", actor: actor, registrationID: record.id, destination: record.destination)

@@ -8,8 +8,19 @@ import Store
 struct CookieRepository: CookieRecords {
     let store: PostgresStore
     let keyRing: KeyRing
+    /// A registration's jar as last read here (at most 500 ms old); local writes drop it.
+    let cache: ShortCache<String, [StoredCookie]>
+
+    func forget(registrationID: String) { cache.remove(registrationID) }
 
     func cookies(registrationID: String) async throws -> [StoredCookie] {
+        if let cached = cache.value(for: registrationID) { return cached }
+        let jar = try await read(registrationID: registrationID)
+        cache.set(jar, for: registrationID)
+        return jar
+    }
+
+    private func read(registrationID: String) async throws -> [StoredCookie] {
         guard let id = UUID(uuidString: registrationID) else { return [] }
         let rows = try await store.query(
             """
@@ -30,6 +41,8 @@ struct CookieRepository: CookieRecords {
 
     func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
         guard let id = UUID(uuidString: registrationID) else { return }
+        cache.remove(registrationID)
+        defer { cache.remove(registrationID) }
         try await store.withTransaction { connection in
             for d in delete {
                 try await connection.execute(
