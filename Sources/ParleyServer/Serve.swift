@@ -32,8 +32,9 @@ extension Parley {
 }
 
 /// Runs until graceful shutdown, then releases a resource (the libcurl transport).
-public struct ShutdownHook: Service {
+public struct ShutdownHook: Service, CustomStringConvertible {
     let name: String
+    public var description: String { "ShutdownHook(\(name))" }
     let action: @Sendable () async -> Void
 
     public init(name: String, action: @escaping @Sendable () async -> Void) {
