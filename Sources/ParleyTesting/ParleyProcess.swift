@@ -48,6 +48,11 @@ public final class ParleyProcess: Sendable {
         self.output = output
     }
 
+    /// A test that failed half-way must not leave a server behind.
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
     /// Everything the process wrote so far (stdout and stderr).
     public var log: String { output.text }
 
