@@ -168,7 +168,4 @@ public final class OAuth2Broker: Sendable {
     private func succeeded(_ key: TokenKey) {
         _ = backoff.withLock { $0.removeValue(forKey: key) }
     }
-
-    /// Forgets back-off state (tests, revocation).
-    public func resetBackoff() { backoff.withLock { $0.removeAll() } }
 }

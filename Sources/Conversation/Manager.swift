@@ -5,7 +5,6 @@ import ParleyCrypto
 public struct ConversationError: Error, Sendable, CustomStringConvertible {
     public enum Code: Sendable, Equatable {
         case restartLimitExceeded
-        case failed
     }
 
     public let code: Code

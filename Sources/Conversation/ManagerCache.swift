@@ -54,10 +54,6 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
         state.withLock { _ = $0.entries.removeValue(forKey: key) }
     }
 
-    public func evictAll() {
-        state.withLock { $0.entries.removeAll() }
-    }
-
     public var count: Int { state.withLock { $0.entries.count } }
 
     /// Removes idle entries, looking at up to 8 per call.

@@ -33,8 +33,8 @@ struct ParleyMiddleware<Context: RequestContext>: RouterMiddleware {
             response = problem.render()
         }
         response.headers[.init("Parley-Request-Id")!] = requestID
-        let seconds = Double((ContinuousClock.now - started).components.attoseconds) / 1e18
-            + Double((ContinuousClock.now - started).components.seconds)
+        let elapsed = (ContinuousClock.now - started).components
+        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
         metrics.increment("parley_http_requests_total", [("route", route), ("status", Metrics.statusClass(Int(response.status.code)))])
         metrics.observe(route: route, seconds: seconds)
         context.logger.info(

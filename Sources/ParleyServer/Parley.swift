@@ -77,7 +77,7 @@ public final class Parley: Sendable {
         guard !token.isEmpty, token.utf8.count <= 512 else { throw Problem.invalidClientToken }
         let hash = SecretToken.hash(token)
         if cached, let registration = proxyRegistrations.value(for: hash) { return registration }
-        guard let registration = try await registrations.find(clientToken: token) else { throw Problem.invalidClientToken }
+        guard let registration = try await registrations.find(clientTokenHash: hash) else { throw Problem.invalidClientToken }
         if cached { proxyRegistrations.set(registration, for: hash) }
         return registration
     }

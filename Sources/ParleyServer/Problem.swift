@@ -154,16 +154,4 @@ public enum JSONValue: Sendable, Equatable {
         }
         out.append(UInt8(ascii: "\""))
     }
-
-    public subscript(_ key: String) -> JSONValue? {
-        if case .object(let members) = self { return members[key] }
-        return nil
-    }
-
-    public var stringValue: String? {
-        if case .string(let s) = self { return s }
-        return nil
-    }
-
-    public var isNull: Bool { self == .null }
 }

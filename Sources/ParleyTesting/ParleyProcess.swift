@@ -65,7 +65,7 @@ public final class ParleyProcess: Sendable {
 
     /// Waits for the process to exit and returns its status.
     public func waitForExit(timeout: Duration = .seconds(30)) async throws -> Int32 {
-        try await output.wait(for: "\u{0}never-printed", timeout: timeout, orExit: true)
+        await output.waitUntil(nil, timeout: timeout)
         guard !process.isRunning else { throw RawHTTPError(description: "parley did not exit in time") }
         process.waitUntilExit()
         return process.terminationStatus
@@ -83,7 +83,8 @@ final class OutputCollector: Sendable {
     private struct State {
         var text = ""
         var exited = false
-        var waiters: [Int: (needle: String, continuation: CheckedContinuation<Void, Never>)] = [:]
+        /// A nil needle waits for the child's exit only.
+        var waiters: [Int: (needle: String?, continuation: CheckedContinuation<Void, Never>)] = [:]
         var nextID = 0
     }
 
@@ -93,7 +94,7 @@ final class OutputCollector: Sendable {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.text += String(decoding: data, as: UTF8.self)
             let text = state.text
-            let done = state.waiters.filter { text.contains($0.value.needle) }
+            let done = state.waiters.filter { $0.value.needle.map(text.contains) ?? false }
             for id in done.keys { state.waiters[id] = nil }
             return done.values.map(\.continuation)
         }
@@ -112,8 +113,8 @@ final class OutputCollector: Sendable {
 
     var text: String { state.withLock { $0.text } }
 
-    /// Returns when `needle` appeared, the child exited, or the task was cancelled.
-    private func waitUntil(_ needle: String) async {
+    /// Returns when `needle` appeared (nil: never), the child exited, or the task was cancelled.
+    private func waitUntil(_ needle: String?) async {
         let id = state.withLock { state -> Int in
             state.nextID += 1
             return state.nextID
@@ -121,7 +122,7 @@ final class OutputCollector: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let resumeNow = state.withLock { state -> Bool in
-                    if state.text.contains(needle) || state.exited || Task.isCancelled { return true }
+                    if needle.map(state.text.contains) == true || state.exited || Task.isCancelled { return true }
                     state.waiters[id] = (needle, continuation)
                     return false
                 }
@@ -133,14 +134,18 @@ final class OutputCollector: Sendable {
         }
     }
 
-    func wait(for needle: String, timeout: Duration, orExit: Bool = false) async throws {
+    /// Waits (bounded) for `needle`, or with nil for the child's exit.
+    func waitUntil(_ needle: String?, timeout: Duration) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.waitUntil(needle) }
             group.addTask { try? await Task.sleep(for: timeout) }
             await group.next()
             group.cancelAll()
         }
-        if orExit { return }
+    }
+
+    func wait(for needle: String, timeout: Duration) async throws {
+        await waitUntil(needle, timeout: timeout)
         if !text.contains(needle) {
             throw RawHTTPError(description: "'\(needle)' did not appear in time; output so far:\n\(text.suffix(3000))")
         }

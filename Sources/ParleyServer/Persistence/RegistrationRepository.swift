@@ -77,9 +77,8 @@ struct RegistrationRepository: Sendable {
             """)
     }
 
-    /// The registration a client token belongs to, or nil.
-    func find(clientToken: String) async throws -> RegistrationRecord? {
-        let hash = SecretToken.hash(clientToken)
+    /// The registration whose client token has this SHA-256, or nil.
+    func find(clientTokenHash hash: [UInt8]) async throws -> RegistrationRecord? {
         let rows = try await store.query(
             "SELECT " + Self.columns + ", client_token_hash FROM registrations WHERE client_token_hash = \(hash)")
         guard let row = rows.first, constantTimeEquals(try row.bytes("client_token_hash"), hash) else { return nil }
