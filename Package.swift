@@ -19,6 +19,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.80.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.1.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.0.0"),
     ],
     targets: [
         // C libraries, each behind a prefixed shim header.
@@ -26,10 +29,12 @@ let package = Package(
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
 
-        .target(name: "ParleyCrypto", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        // Pure codecs (hex, base64, percent/form): no C, no Foundation.
+        .target(name: "ParleyEncoding", swiftSettings: swiftSettings),
+        .target(name: "ParleyCrypto", dependencies: ["COpenSSL", "ParleyEncoding"], swiftSettings: swiftSettings),
         .target(
             name: "Conversation",
-            dependencies: ["ParleyCrypto", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["ParleyEncoding", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -40,7 +45,7 @@ let package = Package(
         .target(
             name: "Store",
             dependencies: [
-                "CPostgres", "ParleyCrypto",
+                "CPostgres", "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -49,14 +54,16 @@ let package = Package(
         ),
         .target(
             name: "AuthFlows",
-            dependencies: ["Conversation", "ParleyCrypto", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Conversation", "ParleyCrypto", "ParleyEncoding", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ParleyServer",
             dependencies: [
-                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto",
+                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -68,6 +75,7 @@ let package = Package(
             name: "parley",
             dependencies: [
                 "ParleyServer", "CurlTransport", "Store",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -77,7 +85,7 @@ let package = Package(
         .target(
             name: "UpstreamSimulator",
             dependencies: [
-                "ParleyCrypto",
+                "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -88,34 +96,34 @@ let package = Package(
         .target(
             name: "ParleyTesting",
             dependencies: [
-                "Conversation", "Store", "ParleyCrypto",
+                "Conversation", "AuthFlows", "ParleyServer", "Store", "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
 
-        .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto"], swiftSettings: swiftSettings),
+        .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto", "ParleyEncoding"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ConversationTests",
-            dependencies: ["Conversation", "AuthFlows", "ParleyTesting", "ParleyCrypto"],
+            dependencies: ["Conversation", "AuthFlows", "ParleyTesting", "ParleyCrypto", "ParleyEncoding"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "CurlTransportTests",
-            dependencies: ["CurlTransport", "Conversation", "ParleyTesting", "UpstreamSimulator", "ParleyCrypto"],
+            dependencies: ["CurlTransport", "Conversation", "ParleyTesting", "UpstreamSimulator", "ParleyCrypto", "ParleyEncoding"],
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulatorTests",
-            dependencies: ["UpstreamSimulator", "ParleyTesting", "ParleyCrypto", "CurlTransport", "Conversation"],
+            dependencies: ["UpstreamSimulator", "ParleyTesting", "ParleyCrypto", "ParleyEncoding", "CurlTransport", "Conversation"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "ParleyServerTests",
             dependencies: [
-                "ParleyServer", "ParleyTesting", "UpstreamSimulator",
+                "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings

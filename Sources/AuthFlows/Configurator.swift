@@ -1,6 +1,5 @@
 public import Conversation
 public import Logging
-import ParleyCrypto
 
 /// What a registration brings to its manager: its id, APPCID, and secrets opened from the store.
 public struct RegistrationMaterial: Sendable {
@@ -56,7 +55,7 @@ public struct DestinationConfigurator: Sendable {
 
     /// The token-endpoint client for a destination with an OAuth2 block.
     public func tokenEndpoint(for destination: Destination) -> TokenEndpointClient? {
-        guard let settings = try? OAuth2Settings(destination: destination) else { return nil }
+        guard let settings = destination.oauth2 else { return nil }
         return TokenEndpointClient(
             settings: settings, transport: transport, tls: tlsOptions(for: destination, registration: RegistrationMaterial(registrationID: "")),
             clock: clock)
@@ -69,7 +68,7 @@ public struct DestinationConfigurator: Sendable {
             cookieJar: RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock),
             headers: headers,
             tls: tlsOptions(for: destination, registration: registration),
-            timeouts: timeouts(for: destination))
+            timeouts: destination.timeouts)
 
         var requestFilters: [any RequestFilter] = []
         var challengeFilters: [any ChallengeFilter] = []
@@ -105,18 +104,10 @@ public struct DestinationConfigurator: Sendable {
         if let own = registration.clientCertificate {
             tls.clientPKCS12 = own.pkcs12
             tls.clientPKCS12Password = own.password
-        } else if let shared = destination.clientCertificate, let bytes = Base64.decode(shared.pkcs12) {
-            tls.clientPKCS12 = bytes
+        } else if let shared = destination.clientCertificate {
+            tls.clientPKCS12 = shared.pkcs12
             tls.clientPKCS12Password = shared.password
         }
         return tls
-    }
-
-    func timeouts(for destination: Destination) -> Timeouts {
-        var timeouts = Timeouts()
-        if let s = destination.timeouts?.connectSeconds { timeouts.connect = .milliseconds(Int64(s * 1000)) }
-        if let s = destination.timeouts?.idleSeconds { timeouts.idle = .milliseconds(Int64(s * 1000)) }
-        if let s = destination.timeouts?.totalSeconds { timeouts.total = .milliseconds(Int64(s * 1000)) }
-        return timeouts
     }
 }

@@ -1,9 +1,106 @@
-import Conversation
-import ParleyCrypto
+public import Conversation
+import ParleyEncoding
 
-/// A named upstream and how to authenticate to it (the seed's configurator input).
-/// Blocks that are absent are off; present (even `{}`) they are on with the seeds' defaults.
-public struct Destination: Sendable, Decodable, Equatable {
+/// A named upstream and how to authenticate to it (the seed's configurator input),
+/// checked once at start: every block is typed, with the seeds' defaults applied.
+/// A block that is absent is off (nil); present, even as `{}`, it is on.
+public struct Destination: Sendable {
+    public let name: String
+    /// The destination URL without a trailing slash.
+    public let baseURL: String
+    public let allowedReturnUrls: [String]
+    public let smp: SMPSettings?
+    public let csrfEnabled: Bool
+    public let basic: BasicSettings?
+    /// The largest proxied request body.
+    public let requestBodyLimit: Int64
+    /// The destination's shared certificate, decoded; a registration's own wins over it.
+    public let clientCertificate: ClientCertificateMaterial?
+    /// Extra trust anchors (PEM) for this upstream. Parley's addition: private CAs are common in SMP landscapes.
+    public let caCertificate: String?
+    public let timeouts: Timeouts
+    public let saml2: SAML2Settings?
+    public let otp: OTPSettings?
+    public let oauth2: OAuth2Settings?
+
+    public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
+
+    /// Whether `returnUrl` is allowed: equal to an entry, or starting with an entry ending in `*`.
+    public func allowsReturnURL(_ returnUrl: String) -> Bool {
+        for entry in allowedReturnUrls {
+            if entry.hasSuffix("*") {
+                if returnUrl.hasPrefix(entry.dropLast()) { return true }
+            } else if entry == returnUrl {
+                return true
+            }
+        }
+        return false
+    }
+
+    /// Whether the destination holds credentials that every registration shares.
+    public var holdsSharedCredentials: Bool {
+        clientCertificate != nil || oauth2?.grant == .clientCredentials
+    }
+
+    fileprivate init(spec: DestinationSpec, baseURL: String, certificate: ClientCertificateMaterial?, timeouts: Timeouts, oauth2: OAuth2Settings?) {
+        name = spec.name
+        self.baseURL = baseURL
+        allowedReturnUrls = spec.allowedReturnUrls ?? []
+        smp = spec.smp.map { SMPSettings(appId: $0.appId) }
+        csrfEnabled = spec.csrf ?? false
+        basic = spec.basic.map { BasicSettings(form: $0.form ?? false) }
+        requestBodyLimit = spec.maxRequestBodyBytes ?? Self.defaultMaxRequestBodyBytes
+        clientCertificate = certificate
+        caCertificate = spec.caCertificate
+        self.timeouts = timeouts
+        saml2 = spec.saml2.map(SAML2Settings.init(spec:))
+        otp = spec.otp.map(OTPSettings.init(spec:))
+        self.oauth2 = oauth2
+    }
+}
+
+/// SMP registration: `POST {url}/odata/applications/latest/{appId}/Connections`.
+public struct SMPSettings: Sendable, Equatable {
+    public let appId: String
+}
+
+/// Basic authentication. `form`: a failure becomes a hosted credentials form.
+public struct BasicSettings: Sendable, Equatable {
+    public let form: Bool
+}
+
+/// SAML2 challenge and finish, with the seed's defaults.
+public struct SAML2Settings: Sendable, Equatable {
+    public let identifyingHeader: String
+    public let finishEndpoint: String
+    public let finishEndpointParam: String
+
+    init(spec: DestinationSpec.SAML2) {
+        identifyingHeader = spec.identifyingHeader ?? "com.sap.cloud.security.login"
+        finishEndpoint = spec.finishEndpoint ?? "/SAMLAuthLauncher"
+        finishEndpointParam = spec.finishEndpointParam ?? "finishEndpointParam"
+    }
+}
+
+/// OTP challenge and finish, with the seed's defaults.
+public struct OTPSettings: Sendable, Equatable {
+    public let responseHeaderName: String
+    public let responseHeaderValue: String
+    public let additionalParams: [String: String]
+    public let finishParams: [String: String]
+
+    init(spec: DestinationSpec.OTP) {
+        responseHeaderName = spec.responseHeaderName ?? "x-smp-authentication"
+        responseHeaderValue = spec.responseHeaderValue ?? "otp-challenge"
+        additionalParams = spec.additionalParams ?? ["redirecttooriginalurl": "false"]
+        finishParams = spec.finishParams ?? ["finished": "true"]
+    }
+}
+
+/// A destination as written in the destinations file (YAML; JSON is YAML too): names and
+/// strings as the operator typed them. `validated()` turns it into a `Destination` or
+/// reports every problem at once.
+public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var name: String
     public var url: String
     public var allowedReturnUrls: [String]?
@@ -12,7 +109,6 @@ public struct Destination: Sendable, Decodable, Equatable {
     public var basic: Basic?
     public var maxRequestBodyBytes: Int64?
     public var clientCertificate: ClientCertificate?
-    /// Extra trust anchors (PEM) for this upstream. Parley's addition: private CAs are common in SMP landscapes.
     public var caCertificate: String?
     public var timeouts: TimeoutSettings?
     public var saml2: SAML2?
@@ -54,6 +150,11 @@ public struct Destination: Sendable, Decodable, Equatable {
         public var identifyingHeader: String?
         public var finishEndpoint: String?
         public var finishEndpointParam: String?
+        public init(identifyingHeader: String? = nil, finishEndpoint: String? = nil, finishEndpointParam: String? = nil) {
+            self.identifyingHeader = identifyingHeader
+            self.finishEndpoint = finishEndpoint
+            self.finishEndpointParam = finishEndpointParam
+        }
     }
 
     public struct OTP: Sendable, Decodable, Equatable {
@@ -61,6 +162,15 @@ public struct Destination: Sendable, Decodable, Equatable {
         public var responseHeaderValue: String?
         public var additionalParams: [String: String]?
         public var finishParams: [String: String]?
+        public init(
+            responseHeaderName: String? = nil, responseHeaderValue: String? = nil, additionalParams: [String: String]? = nil,
+            finishParams: [String: String]? = nil
+        ) {
+            self.responseHeaderName = responseHeaderName
+            self.responseHeaderValue = responseHeaderValue
+            self.additionalParams = additionalParams
+            self.finishParams = finishParams
+        }
     }
 
     public struct OAuth2: Sendable, Decodable, Equatable {
@@ -115,48 +225,58 @@ public struct Destination: Sendable, Decodable, Equatable {
         self.allowedReturnUrls = allowedReturnUrls
     }
 
-    public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
-
-    public var requestBodyLimit: Int64 { maxRequestBodyBytes ?? Self.defaultMaxRequestBodyBytes }
-    public var csrfEnabled: Bool { csrf ?? false }
-
-    /// The destination URL without a trailing slash.
-    public var baseURL: String { url.hasSuffix("/") ? String(url.dropLast()) : url }
-
-    /// Whether `returnUrl` is allowed: equal to an entry, or starting with an entry ending in `*`.
-    public func allowsReturnURL(_ returnUrl: String) -> Bool {
-        for entry in allowedReturnUrls ?? [] {
-            if entry.hasSuffix("*") {
-                if returnUrl.hasPrefix(entry.dropLast()) { return true }
-            } else if entry == returnUrl {
-                return true
-            }
-        }
-        return false
+    /// Every problem of one destination, reported together.
+    public struct Invalid: Error, CustomStringConvertible {
+        public let problems: [String]
+        public var description: String { problems.joined(separator: "; ") }
     }
 
-    /// Every problem with this destination, for start-up to report at once.
-    public func problems() -> [String] {
-        var out: [String] = []
-        if name.isEmpty || !name.utf8.allSatisfy({ isNameByte($0) }) {
-            out.append("destination '\(name)': name must be letters, digits, '-', '_' or '.'")
+    /// The checked destination, or every problem with this entry.
+    public func validated() throws(Invalid) -> Destination {
+        var problems: [String] = []
+        let label = "destination '\(name)'"
+        if name.isEmpty || !name.utf8.allSatisfy(isNameByte) {
+            problems.append("\(label): name must be letters, digits, '-', '_' or '.'")
         }
-        if let parts = URLParts(url) {
-            if parts.query != nil { out.append("destination '\(name)': url must not have a query") }
+        let baseURL = url.hasSuffix("/") ? String(url.dropLast()) : url
+        if let parts = URLParts(baseURL) {
+            if parts.query != nil { problems.append("\(label): url must not have a query") }
         } else {
-            out.append("destination '\(name)': url must be an absolute http(s) URL without user info")
+            problems.append("\(label): url must be an absolute http(s) URL without user info")
         }
-        if let limit = maxRequestBodyBytes, limit < 0 { out.append("destination '\(name)': maxRequestBodyBytes must be >= 0") }
-        if let cert = clientCertificate, Base64.decode(cert.pkcs12) == nil {
-            out.append("destination '\(name)': clientCertificate.pkcs12 is not base64")
+        if let limit = maxRequestBodyBytes, limit < 0 { problems.append("\(label): maxRequestBodyBytes must be >= 0") }
+        var certificate: ClientCertificateMaterial?
+        if let cert = clientCertificate {
+            if let bytes = Base64.decode(cert.pkcs12), !bytes.isEmpty {
+                certificate = ClientCertificateMaterial(pkcs12: bytes, password: cert.password)
+            } else {
+                problems.append("\(label): clientCertificate.pkcs12 is not base64")
+            }
         }
-        if oauth2 != nil {
-            do { _ = try OAuth2Settings(destination: self) } catch let e as OAuth2Settings.Invalid { out += e.problems } catch {}
+        var limits = Timeouts()
+        func seconds(_ field: String, _ value: Double?) -> Duration? {
+            guard let value else { return nil }
+            guard value.isFinite, value > 0, value <= 86_400 else {
+                problems.append("\(label): timeouts.\(field) must be a number of seconds in (0, 86400]")
+                return nil
+            }
+            return .milliseconds(Int64((value * 1000).rounded(.up)))
+        }
+        if let connect = seconds("connectSeconds", timeouts?.connectSeconds) { limits.connect = connect }
+        if let idle = seconds("idleSeconds", timeouts?.idleSeconds) { limits.idle = idle }
+        if let total = seconds("totalSeconds", timeouts?.totalSeconds) { limits.total = total }
+        var settings: OAuth2Settings?
+        if let oauth2 {
+            do { settings = try OAuth2Settings(spec: oauth2, destination: name, baseURL: baseURL) } catch { problems += error.problems }
         }
         if let appId = smp?.appId, appId.isEmpty || appId.contains("/") || appId.contains("?") {
-            out.append("destination '\(name)': smp.appId must be a non-empty name without '/' or '?'")
+            problems.append("\(label): smp.appId must be a non-empty name without '/' or '?'")
         }
-        return out
+        if let endpoint = saml2?.finishEndpoint, !endpoint.hasPrefix("/") {
+            problems.append("\(label): saml2.finishEndpoint must be a path starting with '/'")
+        }
+        guard problems.isEmpty else { throw Invalid(problems: problems) }
+        return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings)
     }
 }
 

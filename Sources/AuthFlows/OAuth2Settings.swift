@@ -29,10 +29,10 @@ public struct OAuth2Settings: Sendable, Equatable {
         a.destination == b.destination && a.tokenEndpoint == b.tokenEndpoint && a.clientID == b.clientID
     }
 
-    public init(destination d: Destination) throws {
-        guard let o = d.oauth2 else { throw Invalid(problems: ["destination '\(d.name)' has no oauth2 block"]) }
+    /// Checks a destination's `oauth2` block; every problem is reported at once.
+    public init(spec o: DestinationSpec.OAuth2, destination name: String, baseURL: String) throws(Invalid) {
         var problems: [String] = []
-        let prefix = "destination '\(d.name)': oauth2."
+        let prefix = "destination '\(name)': oauth2."
         let grant = Grant(rawValue: o.grant ?? "authorization_code")
         if grant == nil { problems.append(prefix + "grant must be authorization_code, client_credentials or password") }
         let auth = ClientAuthentication(rawValue: o.clientAuthentication ?? "client_secret_basic")
@@ -57,7 +57,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         guard problems.isEmpty, let grant, let auth, let tokenEndpoint = o.tokenEndpoint, let clientID = o.clientId else {
             throw Invalid(problems: problems)
         }
-        self.destination = d.name
+        self.destination = name
         self.grant = grant
         self.authorizationEndpoint = o.authorizationEndpoint
         self.tokenEndpoint = tokenEndpoint
@@ -69,7 +69,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         self.challengeStatuses = Set(statuses)
         self.sapStatusHeader = o.challenge?.sapStatusHeader ?? true
         self.scopeKeyRules = (o.scopeKeys ?? []).map { ($0.prefix, $0.key) }.sorted { $0.prefix.count > $1.prefix.count }
-        self.defaultScopeKey = d.baseURL
+        self.defaultScopeKey = baseURL
     }
 
     /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):

@@ -1,3 +1,4 @@
+import ParleyEncoding
 public import Conversation
 public import Foundation
 import ParleyCrypto
@@ -145,14 +146,14 @@ public struct TokenEndpointClient: Sendable {
         var parameters = parameters
         var headers: HeaderFields = ["Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"]
         if let secret = settings.clientSecret, settings.clientAuthentication == .basic {
-            let pair = FormEncoding.encode(settings.clientID) + ":" + FormEncoding.encode(secret)
+            let pair = PercentEncoding.encodeFormComponent(settings.clientID) + ":" + PercentEncoding.encodeFormComponent(secret)
             headers.set("Authorization", "Basic " + Base64.encode(Array(pair.utf8)))
         } else {
             parameters.append(("client_id", settings.clientID))
             if let secret = settings.clientSecret { parameters.append(("client_secret", secret)) }
         }
         return UpstreamRequest(
-            method: "POST", url: url, headers: headers, body: .bytes(Array(FormEncoding.encode(parameters).utf8)), tls: tls,
+            method: "POST", url: url, headers: headers, body: .bytes(Array(PercentEncoding.encodeForm(parameters).utf8)), tls: tls,
             timeouts: Timeouts(connect: .seconds(5), total: .seconds(30), idle: .seconds(15)))
     }
 
@@ -164,54 +165,6 @@ public struct TokenEndpointClient: Sendable {
     /// Error codes are echoed into logs and problems: keep them to RFC 6749's alphabet.
     public static func safeErrorCode(_ code: String) -> String {
         String(code.prefix(64).filter { $0.isLetter || $0 == "_" })
-    }
-}
-
-public enum FormEncoding {
-    /// `application/x-www-form-urlencoded` (unreserved characters kept, space as %20).
-    public static func encode(_ text: String) -> String {
-        var out = ""
-        for b in text.utf8 {
-            switch b {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-                out.unicodeScalars.append(Unicode.Scalar(b))
-            default:
-                out += String(format: "%%%02X", b)
-            }
-        }
-        return out
-    }
-
-    public static func encode(_ pairs: [(String, String)]) -> String {
-        pairs.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&")
-    }
-
-    /// Decodes `a=b&c=d` (with `+` as space); nil on bad percent-encoding.
-    public static func decode(_ text: String) -> [(String, String)]? {
-        var out: [(String, String)] = []
-        for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            guard let name = decodeComponent(parts[0]), let value = decodeComponent(parts.count > 1 ? parts[1] : "") else { return nil }
-            out.append((name, value))
-        }
-        return out
-    }
-
-    static func decodeComponent(_ s: Substring) -> String? {
-        var bytes: [UInt8] = []
-        var it = s.utf8.makeIterator()
-        while let b = it.next() {
-            if b == UInt8(ascii: "+") {
-                bytes.append(0x20)
-            } else if b == UInt8(ascii: "%") {
-                guard let h = it.next(), let l = it.next(), let v = UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) else { return nil }
-                bytes.append(v)
-            } else {
-                bytes.append(b)
-            }
-        }
-        return String(validating: bytes, as: UTF8.self)
     }
 }
 

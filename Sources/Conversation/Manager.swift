@@ -1,5 +1,5 @@
+import ParleyEncoding
 public import Logging
-import ParleyCrypto
 
 /// Why a conversation ended without a response. `description` is safe to log.
 public struct ConversationError: Error, Sendable, CustomStringConvertible {

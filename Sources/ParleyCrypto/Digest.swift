@@ -1,3 +1,4 @@
+import ParleyEncoding
 internal import COpenSSL
 
 /// SHA-256, one-shot or incremental. The hasher owns one `EVP_MD_CTX`, freed once.

@@ -1,3 +1,4 @@
+import ParleyEncoding
 internal import COpenSSL
 
 /// Why a key ring or a sealed value was refused. Never carries key material or plaintext.

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import Foundation
 import ParleyCrypto
 

@@ -1,8 +1,23 @@
+import ParleyEncoding
 public import Foundation
 public import Logging
 import ParleyCrypto
 
-/// Applies `NNNN_name.sql` files from a directory in numeric order.
+/// Where migrations come from: a directory of `NNNN_name.sql` files, or the copies
+/// compiled into the binary (the default, so a release binary runs from any directory).
+public enum MigrationSource: Sendable {
+    case directory(String)
+    case embedded([(name: String, sql: String)])
+
+    public func migrations() throws -> [Migrator.Migration] {
+        switch self {
+        case .directory(let path): try Migrator.load(directory: path)
+        case .embedded(let files): try Migrator.load(embedded: files)
+        }
+    }
+}
+
+/// Applies `NNNN_name.sql` migrations in numeric order.
 ///
 /// Each migration runs in its own transaction, together with its row in `schema_migrations`
 /// (version, name, SHA-256 checksum, time). Every step holds a transaction-scoped advisory lock,
@@ -24,20 +39,24 @@ public struct Migrator: Sendable {
     static let lockKey: Int64 = 0x7061_726c_6579
 
     public let store: PostgresStore
-    public let directory: String
+    public let source: MigrationSource
     let logger: Logger
 
-    public init(store: PostgresStore, directory: String, logger: Logger) {
+    public init(store: PostgresStore, source: MigrationSource, logger: Logger) {
         self.store = store
-        self.directory = directory
+        self.source = source
         self.logger = logger
+    }
+
+    public init(store: PostgresStore, directory: String, logger: Logger) {
+        self.init(store: store, source: .directory(directory), logger: logger)
     }
 
     /// Applies every pending migration; returns the names of those this call applied (empty when
     /// another instance got there first or nothing was pending).
     @discardableResult
     public func migrate() async throws -> [String] {
-        let migrations = try Self.load(directory: directory)
+        let migrations = try source.migrations()
         var applied: [String] = []
         while true {
             // One step per transaction: lock, look, apply the first pending migration, record it.
@@ -69,7 +88,7 @@ public struct Migrator: Sendable {
 
     /// The names of the migrations not applied yet. Throws when an applied one was changed.
     public func pending() async throws -> [String] {
-        let migrations = try Self.load(directory: directory)
+        let migrations = try source.migrations()
         let recorded = try await store.withConnection { connection in
             let exists = try await connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL AS present")
             guard try exists.first?.bool("present") == true else { return [Int: Recorded]() }
@@ -145,6 +164,21 @@ public struct Migrator: Sendable {
                 throw StoreError.migration("migrations \(clash.name) and \(name) share version \(version)")
             }
             migrations.append(Migration(version: version, name: name, sql: sql, checksum: Hex.encode(SHA256.hash(data))))
+        }
+        return migrations.sorted { $0.version < $1.version }
+    }
+
+    /// Checks migrations compiled into the binary (name and text), as `load(directory:)` checks files.
+    public static func load(embedded files: [(name: String, sql: String)]) throws -> [Migration] {
+        var migrations: [Migration] = []
+        for (name, sql) in files {
+            guard let version = version(ofFileName: name) else {
+                throw StoreError.migration("\(name) is not a migration file name; expected NNNN_name.sql")
+            }
+            if let clash = migrations.first(where: { $0.version == version }) {
+                throw StoreError.migration("migrations \(clash.name) and \(name) share version \(version)")
+            }
+            migrations.append(Migration(version: version, name: name, sql: sql, checksum: Hex.encode(SHA256.hash(Array(sql.utf8)))))
         }
         return migrations.sorted { $0.version < $1.version }
     }

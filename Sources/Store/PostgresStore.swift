@@ -112,9 +112,9 @@ public final class PostgresStore: Sendable, Service {
 
     /// The database answers and no migration in `migrationsDirectory` is pending. Never throws:
     /// what failed is logged.
-    public func isReady(migrationsDirectory: String) async -> Bool {
+    public func isReady(migrations: MigrationSource) async -> Bool {
         do {
-            return try await Migrator(store: self, directory: migrationsDirectory, logger: logger).pending().isEmpty
+            return try await Migrator(store: self, source: migrations, logger: logger).pending().isEmpty
         } catch {
             logger.debug("store not ready", metadata: ["error": "\(error)"])
             return false

@@ -1,3 +1,4 @@
+import ParleyEncoding
 public import struct Foundation.Date
 public import struct Foundation.UUID
 import ParleyCrypto

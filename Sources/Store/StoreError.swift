@@ -76,7 +76,7 @@ extension StoreError {
         StoreError(code: .unavailable, context: context, sqlState: sqlState, detail: detail)
     }
 
-    static func decoding(_ context: String) -> StoreError {
+    public static func decoding(_ context: String) -> StoreError {
         StoreError(code: .decoding, context: context)
     }
 

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import ParleyCrypto
 
 /// An OAuth2 error answer (RFC 6749 §5.2): `invalid_client` is `401`, the others `400`.

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import ParleyCrypto
 
 /// One SMP application registration (`POST …/Connections`).

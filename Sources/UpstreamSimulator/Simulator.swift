@@ -1,3 +1,4 @@
+import ParleyEncoding
 public import Hummingbird
 public import Logging
 import Foundation

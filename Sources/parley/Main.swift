@@ -1,3 +1,4 @@
+import ArgumentParser
 import CurlTransport
 import Foundation
 import Logging
@@ -5,76 +6,107 @@ import ParleyServer
 import ServiceLifecycle
 import Store
 
-/// `parley serve | migrate | version`
+/// `parley serve | migrate | version`, each with `--help`.
 @main
-struct ParleyCommand {
+struct ParleyCommand: AsyncParsableCommand {
     static let version = "0.1.0"
 
-    static func main() async {
-        let arguments = Array(CommandLine.arguments.dropFirst())
+    static let configuration = CommandConfiguration(
+        commandName: "parley",
+        abstract: "Parley, a token broker between thin clients and SAML2-, OTP- and OAuth2-protected back ends.",
+        discussion: "Configuration comes from PARLEY_* environment variables (see docs/api.md); every problem is reported at once (exit 78).",
+        version: version,
+        subcommands: [Serve.self, Migrate.self, Version.self],
+        defaultSubcommand: Serve.self)
+}
+
+/// Logging to standard error at `PARLEY_LOG_LEVEL` (default info), set up once per process.
+func makeLogger(_ environment: [String: String]) -> Logger {
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = environment["PARLEY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        return handler
+    }
+    return Logger(label: "parley")
+}
+
+/// Runs a command body; a configuration problem exits 78 with every problem listed.
+func runReportingConfiguration(logger: Logger, _ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as ParleyConfiguration.Invalid {
+        FileHandle.standardError.write(Data((error.description + "\n").utf8))
+        throw ExitCode(78)
+    } catch let error as ExitCode {
+        throw error
+    } catch {
+        logger.critical("parley stopped", metadata: ["error": "\(error)"])
+        throw ExitCode.failure
+    }
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the service (the default); applies pending migrations first unless PARLEY_MIGRATE_ON_START=false.")
+
+    func run() async throws {
         let environment = ProcessInfo.processInfo.environment
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = environment["PARLEY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
-            return handler
-        }
-        let logger = Logger(label: "parley")
-        do {
-            switch arguments.first {
-            case "serve", nil: try await serve(environment: environment, logger: logger)
-            case "migrate": try await migrate(environment: environment, logger: logger)
-            case "version", "--version": print("parley \(version)")
-            case "help", "--help", "-h": print(usage)
-            default:
-                FileHandle.standardError.write(Data("unknown command '\(arguments[0])'\n\(usage)\n".utf8))
-                exit(64)
+        let logger = makeLogger(environment)
+        try await runReportingConfiguration(logger: logger) {
+            let configuration = try ParleyConfiguration.fromEnvironment(environment)
+            let store = PostgresStore(
+                configuration: StoreConfiguration(connectionString: configuration.databaseURL, maxConnections: configuration.databasePoolSize),
+                logger: logger)
+            if configuration.migrateOnStart {
+                let applied = try await migrate(store: store, source: configuration.migrations, logger: logger)
+                logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
             }
-        } catch let error as ParleyConfiguration.Invalid {
-            FileHandle.standardError.write(Data((error.description + "\n").utf8))
-            exit(78)
-        } catch {
-            logger.critical("parley stopped", metadata: ["error": "\(error)"])
-            exit(1)
+            let transport = CurlTransport(logger: logger)
+            let app = buildApplication(
+                configuration: configuration,
+                dependencies: .postgres(configuration: configuration, store: store, transport: transport, logger: logger),
+                logger: logger,
+                extraServices: [ShutdownHook(name: "transport") { transport.shutdown() }],
+                onServerRunning: { port in
+                    logger.info(
+                        "parley ready",
+                        metadata: [
+                            "listen.port": "\(port)", "public.url": .string(configuration.publicURL),
+                            "destinations": "\(configuration.destinations.count)",
+                        ])
+                })
+            var group = ServiceGroupConfiguration(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+            try await ServiceGroup(configuration: group).run()
         }
     }
+}
 
-    static let usage = """
-        usage: parley [serve|migrate|version]
-          serve    run the service (default); applies migrations first unless PARLEY_MIGRATE_ON_START=false
-          migrate  apply pending migrations and exit
-          version  print the version
-        """
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Apply pending migrations (compiled in, or from PARLEY_MIGRATIONS_DIR) to PARLEY_DATABASE_URL and exit.")
 
-    static func serve(environment: [String: String], logger: Logger) async throws {
-        let configuration = try ParleyConfiguration.fromEnvironment(environment)
-        let store = PostgresStore(
-            configuration: StoreConfiguration(connectionString: configuration.databaseURL, maxConnections: configuration.databasePoolSize),
-            logger: logger)
-        if configuration.migrateOnStart {
-            let applied = try await Parley.migrate(store: store, directory: configuration.migrationsDirectory, logger: logger)
-            logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let logger = makeLogger(environment)
+        try await runReportingConfiguration(logger: logger) {
+            guard let url = environment["PARLEY_DATABASE_URL"], !url.isEmpty else {
+                throw ParleyConfiguration.Invalid(problems: ["PARLEY_DATABASE_URL is not set"])
+            }
+            let source: MigrationSource =
+                environment["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : .directory($0) } ?? .embedded(EmbeddedMigrations.files)
+            let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: logger)
+            let applied = try await migrate(store: store, source: source, logger: logger)
+            await store.shutdown()
+            print(applied.isEmpty ? "migrations: up to date" : "migrations applied: " + applied.joined(separator: ", "))
         }
-        let transport = CurlTransport(logger: logger)
-        let parley = Parley(configuration: configuration, store: store, transport: transport, logger: logger)
-        let app = parley.makeApplication(
-            extraServices: [ShutdownHook(name: "transport") { transport.shutdown() }],
-            onServerRunning: { port in
-                logger.info("parley ready", metadata: ["listen.port": "\(port)", "public.url": .string(configuration.publicURL),
-                    "destinations": "\(configuration.destinations.count)"])
-            })
-        var groupConfiguration = ServiceGroupConfiguration(
-            services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
-        try await ServiceGroup(configuration: groupConfiguration).run()
     }
+}
 
-    static func migrate(environment: [String: String], logger: Logger) async throws {
-        guard let url = environment["PARLEY_DATABASE_URL"], !url.isEmpty else {
-            throw ParleyConfiguration.Invalid(problems: ["PARLEY_DATABASE_URL is not set"])
-        }
-        let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: logger)
-        let applied = try await Parley.migrate(store: store, directory: environment["PARLEY_MIGRATIONS_DIR"], logger: logger)
-        await store.shutdown()
-        print(applied.isEmpty ? "migrations: up to date" : "migrations applied: " + applied.joined(separator: ", "))
+struct Version: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the version.")
+
+    func run() {
+        print("parley \(ParleyCommand.version)")
     }
 }

@@ -107,7 +107,7 @@ final class MemoryCookieRecords: CookieRecords {
         let configurator = DestinationConfigurator(
             transport: transport, cookieRecords: MemoryCookieRecords(), csrfTokens: cache, clock: TestClock(),
             logger: .init(label: "test"))
-        let destination = Destination(name: "smp", url: "https://smp.example", csrf: true)
+        let destination = try! DestinationSpec(name: "smp", url: "https://smp.example", csrf: true).validated()
         return configurator.makeManager(for: destination, registration: RegistrationMaterial(registrationID: "r1"))
     }
 

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import Conversation
 import CurlTransport
 import Foundation

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import ParleyCrypto
 import Testing
 

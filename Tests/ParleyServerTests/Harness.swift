@@ -23,7 +23,6 @@ struct LiveParley: Sendable {
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
     let port: Int
-    let parley: Parley
     let store: PostgresStore
     let simulatorPort: Int
     let simulator: SimulatorState
@@ -82,7 +81,7 @@ struct LiveOptions: Sendable {
 
 /// Starts simulator + Parley for `body`, then stops both.
 func withLiveParley<T: Sendable>(
-    destinations: @escaping @Sendable (_ simulatorURL: String) -> [Destination] = { [Destination(name: "sim", url: $0, basic: .init())] },
+    destinations: @escaping @Sendable (_ simulatorURL: String) -> [DestinationSpec] = { [DestinationSpec(name: "sim", url: $0, basic: .init())] },
     options: LiveOptions = LiveOptions(),
     adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
     _ body: @Sendable (LiveParley) async throws -> T
@@ -92,7 +91,7 @@ func withLiveParley<T: Sendable>(
 
 /// As above, with an async set-up that sees the simulator's port (to put a TLS front before it, say).
 func withLiveParley<T: Sendable>(
-    setUp: @escaping @Sendable (_ simulatorPort: Int) async throws -> [Destination],
+    setUp: @escaping @Sendable (_ simulatorPort: Int) async throws -> [DestinationSpec],
     options: LiveOptions = LiveOptions(),
     adjust: @Sendable (inout ParleyConfiguration) -> Void = { _ in },
     _ body: @Sendable (LiveParley) async throws -> T
@@ -107,11 +106,11 @@ func withLiveParley<T: Sendable>(
         let spool = NSTemporaryDirectory() + "parley-spool-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: spool) }
-        let destinations = try await setUp(simulatorPort)
+        let destinations = try await setUp(simulatorPort).map { try $0.validated() }
         let transport = CurlTransport(logger: logger)
         defer { transport.shutdown() }
 
-        var instances: [(Parley, any ApplicationProtocol, AsyncStream<Int>)] = []
+        var instances: [(PostgresStore, any ApplicationProtocol, AsyncStream<Int>)] = []
         for _ in 0..<options.instances {
             let port = options.fixedPorts ? try FreePort.find() : 0
             var configuration = ParleyConfiguration(
@@ -120,14 +119,16 @@ func withLiveParley<T: Sendable>(
                 memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
             adjust(&configuration)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
-            let parley = Parley(configuration: configuration, store: store, transport: transport, clock: options.clock, logger: logger)
             let (ports, continuation) = AsyncStream<Int>.makeStream()
-            let app = parley.makeApplication(onServerRunning: { port in continuation.yield(port) })
-            instances.append((parley, app, ports))
+            let app = buildApplication(
+                configuration: configuration,
+                dependencies: .postgres(configuration: configuration, store: store, transport: transport, clock: options.clock, logger: logger),
+                logger: logger, onServerRunning: { port in continuation.yield(port) })
+            instances.append((store, app, ports))
         }
         return try await withThrowingTaskGroup(of: T?.self) { group in
             var lives: [LiveParley] = []
-            for (parley, app, ports) in instances {
+            for (store, app, ports) in instances {
                 group.addTask {
                     try await app.runService(gracefulShutdownSignals: [])
                     return nil
@@ -136,7 +137,7 @@ func withLiveParley<T: Sendable>(
                 guard let port = await iterator.next() else { throw RawHTTPError(description: "parley did not start") }
                 lives.append(
                     LiveParley(
-                        port: port, parley: parley, store: parley.store, simulatorPort: simulatorPort, simulator: simulatorState,
+                        port: port, store: store, simulatorPort: simulatorPort, simulator: simulatorState,
                         databaseURL: databaseURL, spoolDirectory: spool, others: []))
             }
             var live = lives[0]

@@ -14,10 +14,10 @@ import UpstreamSimulator
 @Suite(.serialized) struct OAuth2Tests {
     static func destination(
         _ url: String, grant: String, clientID: String = "parley-confidential", secret: String? = "s3cret",
-        authentication: String = "client_secret_basic", scopeKeys: [Destination.OAuth2.ScopeKeyRule]? = nil, returnURLs: [String]? = nil
-    ) -> Destination {
-        var d = Destination(name: "as", url: url, allowedReturnUrls: returnURLs)
-        d.oauth2 = Destination.OAuth2(
+        authentication: String = "client_secret_basic", scopeKeys: [DestinationSpec.OAuth2.ScopeKeyRule]? = nil, returnURLs: [String]? = nil
+    ) -> DestinationSpec {
+        var d = DestinationSpec(name: "as", url: url, allowedReturnUrls: returnURLs)
+        d.oauth2 = DestinationSpec.OAuth2(
             grant: grant, authorizationEndpoint: url + "/oauth/authorize", tokenEndpoint: url + "/oauth/token",
             revocationEndpoint: url + "/oauth/revoke", clientId: clientID, clientSecret: secret, clientAuthentication: authentication,
             scopes: ["read"], scopeKeys: scopeKeys, challenge: nil)

@@ -1,3 +1,4 @@
+import ParleyEncoding
 import AuthFlows
 import Foundation
 import ParleyCrypto
@@ -75,7 +76,7 @@ import Testing
 
     @Test func badInputIsRefusedAndChangesNothing() async throws {
         try await withLiveParley(
-            destinations: { [Destination(name: "sim", url: $0, basic: .init(), maxRequestBodyBytes: 1024)] },
+            destinations: { [DestinationSpec(name: "sim", url: $0, basic: .init(), maxRequestBodyBytes: 1024)] },
             adjust: { $0.maxJSONBytes = 512 }
         ) { live in
             let (_, token) = try await live.register()
@@ -163,9 +164,9 @@ import Testing
     @Test func upstreamFailuresBecomeProblems() async throws {
         let closedPort = try FreePort.find()
         try await withLiveParley(destinations: { url in
-            var slow = Destination(name: "slow", url: url)
+            var slow = DestinationSpec(name: "slow", url: url)
             slow.timeouts = .init(connectSeconds: 2, idleSeconds: 1, totalSeconds: 1)
-            return [Destination(name: "sim", url: url), Destination(name: "down", url: "http://127.0.0.1:\(closedPort)"), slow]
+            return [DestinationSpec(name: "sim", url: url), DestinationSpec(name: "down", url: "http://127.0.0.1:\(closedPort)"), slow]
         }) { live in
             let (_, down) = try await live.register("down", credentials: false)
             let unavailable = try await live.request("GET", "/v1/proxy/x", token: down)

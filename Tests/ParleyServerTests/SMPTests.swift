@@ -1,3 +1,4 @@
+import ParleyEncoding
 import AuthFlows
 import Foundation
 import ParleyCrypto
@@ -10,8 +11,8 @@ import Testing
 /// End to end against the SMP-like simulator: registration with APPCID, cookie
 /// sessions, CSRF, client certificates, a large replayed upload, deregistration.
 @Suite(.serialized) struct SMPEndToEndTests {
-    static func smpDestination(_ url: String) -> [Destination] {
-        [Destination(name: "sim", url: url, csrf: true, basic: .init(), smp: .init(appId: "com.example.app"))]
+    static func smpDestination(_ url: String) -> [DestinationSpec] {
+        [DestinationSpec(name: "sim", url: url, csrf: true, basic: .init(), smp: .init(appId: "com.example.app"))]
     }
 
     @Test func registrationStoresTheAPPCIDSealedAndSendsIt() async throws {
@@ -79,7 +80,7 @@ import Testing
     }
 
     @Test func csrfTokenIsFetchedCachedRefetchedAndNeverReturned() async throws {
-        try await withLiveParley(destinations: { [Destination(name: "sim", url: $0, csrf: true, basic: .init())] }) { live in
+        try await withLiveParley(destinations: { [DestinationSpec(name: "sim", url: $0, csrf: true, basic: .init())] }) { live in
             let (_, token) = try await live.register()
             let body = Array("{\"item\":1}".utf8)
             let first = try await live.request("POST", "/v1/proxy/csrf/items", token: token, headers: [("Content-Type", "application/json")], body: body)
@@ -108,10 +109,10 @@ import Testing
             let started = try await TLSFrontend.start(certificates: certificates, upstreamPort: simulatorPort)
             frontend.withLock { $0 = started }
             let ca = String(decoding: certificates.caPEM, as: UTF8.self)
-            var shared = Destination(name: "mtls", url: started.baseURL)
+            var shared = DestinationSpec(name: "mtls", url: started.baseURL)
             shared.caCertificate = ca
             shared.clientCertificate = .init(pkcs12: Base64.encode(certificates.clientPKCS12), password: certificates.clientPKCS12Password)
-            var perRegistration = Destination(name: "mtls-own", url: started.baseURL)
+            var perRegistration = DestinationSpec(name: "mtls-own", url: started.baseURL)
             perRegistration.caCertificate = ca
             return [shared, perRegistration]
         }) { live in

@@ -21,14 +21,14 @@ import Testing
     @Test func theRealMigrationsApplyOnce() async throws {
         try await withStore(try await freshDatabase()) { store in
             let migrator = Migrator(store: store, directory: Self.repositoryMigrations, logger: quietLogger)
-            #expect(await !store.isReady(migrationsDirectory: Self.repositoryMigrations))
+            #expect(await !store.isReady(migrations: .directory(Self.repositoryMigrations)))
             let all = try Migrator.load(directory: Self.repositoryMigrations).map(\.name)
             #expect(all.first == "0001_initial.sql")
             #expect(try await migrator.pending() == all)
             #expect(try await migrator.migrate() == all)
             #expect(try await migrator.migrate() == [])
             #expect(try await migrator.pending() == [])
-            #expect(await store.isReady(migrationsDirectory: Self.repositoryMigrations))
+            #expect(await store.isReady(migrations: .directory(Self.repositoryMigrations)))
             let tables = try await store.query(
                 "SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('registrations', 'tokens', 'cookies', 'flows', 'audit_events')"
             )
@@ -78,7 +78,7 @@ import Testing
             #expect(error?.code == .migration)
             #expect(error?.description.contains("migration 0001_first.sql was changed after it was applied") == true)
             #expect(await storeError { _ = try await migrator.pending() }?.code == .migration)
-            #expect(await !store.isReady(migrationsDirectory: migrations))
+            #expect(await !store.isReady(migrations: .directory(migrations)))
             // Nothing after the edited migration was applied.
             #expect(try await store.query("SELECT to_regclass('second') IS NULL AS absent").first?.bool("absent") == true)
         }

@@ -1,20 +1,25 @@
-import AuthFlows
-import Foundation
-import ParleyCrypto
-import Store
+public import AuthFlows
+public import Foundation
+public import ParleyCrypto
+public import Store
 
 /// OAuth2 tokens in PostgreSQL, sealed and bound to their (destination, registration,
 /// scope key) identity. Exclusive sections take a transaction-scoped advisory lock on
 /// that identity and run on the same connection.
-struct TokenRepository: TokenStore {
+public struct PostgresTokens: TokenRepository {
     let store: PostgresStore
     let keyRing: KeyRing
 
-    func load(_ key: TokenKey) async throws -> StoredToken? {
+    public init(store: PostgresStore, keyRing: KeyRing) {
+        self.store = store
+        self.keyRing = keyRing
+    }
+
+    public func load(_ key: TokenKey) async throws -> StoredToken? {
         try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
     }
 
-    func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
+    public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
         try await store.withTransaction { connection in
             try await connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(\("parley.token|" + key.description), 0))")
             return try await body(ConnectionTokens(connection: connection, keyRing: keyRing))
@@ -22,7 +27,7 @@ struct TokenRepository: TokenStore {
     }
 
     /// Every token of a registration (for revocation at deregistration).
-    func tokens(registrationID: UUID, destination: String) async throws -> [(TokenKey, StoredToken)] {
+    public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let rows = try await store.query(
             """
             SELECT destination, registration_id, scope_key, access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at

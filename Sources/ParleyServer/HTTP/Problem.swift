@@ -88,6 +88,18 @@ public struct Problem: HTTPResponseError, Sendable {
         return p
     }
 
+    static var invalidAdminToken: Problem {
+        var p = Problem(.unauthorized, .invalidAdminToken, "a valid admin token is required (Authorization: Bearer …)")
+        p.headers[.wwwAuthenticate] = "Bearer realm=\"parley-admin\""
+        return p
+    }
+
+    static func methodNotAllowed(allowed: [String]) -> Problem {
+        var p = Problem(.methodNotAllowed, .methodNotAllowed, "this method is not allowed here")
+        if !allowed.isEmpty { p.headers[.allow] = allowed.joined(separator: ", ") }
+        return p
+    }
+
     static func storeUnavailable() -> Problem {
         var p = Problem(.serviceUnavailable, .storeUnavailable, "the database is unreachable; try again shortly")
         p.headers[.retryAfter] = "2"

@@ -1,19 +1,24 @@
-import AuthFlows
+public import AuthFlows
 import Foundation
-import ParleyCrypto
-import Store
+public import ParleyCrypto
+public import Store
 
 /// A registration's cookie jar in PostgreSQL: one row per cookie, values sealed
 /// and bound to (registration, domain, path, name).
-struct CookieRepository: CookieRecords {
+public struct PostgresCookies: CookieRepository {
     let store: PostgresStore
     let keyRing: KeyRing
     /// A registration's jar as last read here (at most 500 ms old); local writes drop it.
-    let cache: ShortCache<String, [StoredCookie]>
+    let cache = ShortCache<String, [StoredCookie]>(lifetime: .milliseconds(500))
 
-    func forget(registrationID: String) { cache.remove(registrationID) }
+    public init(store: PostgresStore, keyRing: KeyRing) {
+        self.store = store
+        self.keyRing = keyRing
+    }
 
-    func cookies(registrationID: String) async throws -> [StoredCookie] {
+    public func forget(registrationID: String) { cache.remove(registrationID) }
+
+    public func cookies(registrationID: String) async throws -> [StoredCookie] {
         if let cached = cache.value(for: registrationID) { return cached }
         let jar = try await read(registrationID: registrationID)
         cache.set(jar, for: registrationID)
@@ -39,7 +44,7 @@ struct CookieRepository: CookieRecords {
         }
     }
 
-    func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
+    public func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
         guard let id = UUID(uuidString: registrationID) else { return }
         cache.remove(registrationID)
         defer { cache.remove(registrationID) }

@@ -2,6 +2,7 @@ public import AuthFlows
 import Conversation
 public import Foundation
 public import ParleyCrypto
+public import Store
 import Yams
 
 /// Parley's configuration, read once from `PARLEY_*` variables and the
@@ -20,11 +21,17 @@ public struct ParleyConfiguration: Sendable {
     /// Request bodies up to this size stay in memory for replay; larger ones are spooled.
     public var memoryBodyBytes: Int
     public var spoolDirectory: String
+    /// `PARLEY_MIGRATIONS_DIR`: read migrations from here instead of the copies in the binary.
     public var migrationsDirectory: String?
     public var migrateOnStart: Bool
     public var databasePoolSize: Int
     public var managerIdleTimeout: Duration
     public var shutdownGracePeriod: Duration
+
+    /// Where migrations come from: the directory when one is configured, else the binary.
+    public var migrations: MigrationSource {
+        migrationsDirectory.map { .directory($0) } ?? .embedded(EmbeddedMigrations.files)
+    }
 
     public struct Invalid: Error, CustomStringConvertible {
         public let problems: [String]
@@ -94,9 +101,11 @@ public struct ParleyConfiguration: Sendable {
         var destinations: [Destination] = []
         if let path = env["PARLEY_DESTINATIONS"], !path.isEmpty {
             do {
-                destinations = try DestinationsFile.load(path: path)
-                problems += destinations.flatMap { $0.problems() }
-                let names = destinations.map(\.name)
+                let specs = try DestinationsFile.load(path: path)
+                for spec in specs {
+                    do { destinations.append(try spec.validated()) } catch { problems += error.problems }
+                }
+                let names = specs.map(\.name)
                 for name in Set(names) where names.filter({ $0 == name }).count > 1 {
                     problems.append("destination '\(name)' is defined twice")
                 }
@@ -138,7 +147,7 @@ public struct ParleyConfiguration: Sendable {
         return ParleyConfiguration(
             databaseURL: databaseURL, listenHost: host, listenPort: port, publicURL: publicURL, keyRing: keyRing,
             adminTokens: adminTokens, destinations: destinations, maxJSONBytes: maxJSON, memoryBodyBytes: memoryBody,
-            spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"], migrateOnStart: migrateOnStart,
+            spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }, migrateOnStart: migrateOnStart,
             databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace))
     }
 }
@@ -146,21 +155,21 @@ public struct ParleyConfiguration: Sendable {
 /// The destinations file: `destinations: [ … ]` in YAML (JSON is YAML too).
 public enum DestinationsFile {
     struct File: Decodable {
-        var destinations: [Destination]
+        var destinations: [DestinationSpec]
     }
 
     public struct LoadError: Error, CustomStringConvertible {
         public let description: String
     }
 
-    public static func load(path: String) throws -> [Destination] {
+    public static func load(path: String) throws -> [DestinationSpec] {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw LoadError(description: "PARLEY_DESTINATIONS: cannot read '\(path)'")
         }
         return try parse(String(decoding: data, as: UTF8.self), source: path)
     }
 
-    public static func parse(_ text: String, source: String = "destinations") throws -> [Destination] {
+    public static func parse(_ text: String, source: String = "destinations") throws -> [DestinationSpec] {
         do {
             return try YAMLDecoder().decode(File.self, from: text).destinations
         } catch let error as DecodingError {

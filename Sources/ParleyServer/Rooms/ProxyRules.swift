@@ -1,3 +1,4 @@
+import ParleyEncoding
 import AuthFlows
 import Conversation
 
@@ -21,7 +22,7 @@ enum ProxyRules {
                 throw Problem.invalid("the proxy path has an empty segment ('//')")
             }
             if raw.contains("\\") { throw Problem.invalid("the proxy path contains a backslash") }
-            guard let decoded = percentDecode(raw) else { throw Problem.invalid("the proxy path has bad percent-encoding") }
+            guard let decoded = PercentEncoding.decode(raw) else { throw Problem.invalid("the proxy path has bad percent-encoding") }
             if decoded.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
                 throw Problem.invalid("the proxy path contains control characters")
             }
@@ -31,7 +32,7 @@ enum ProxyRules {
             if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] {
                 throw Problem.invalid("the proxy path contains a '.' or '..' segment")
             }
-            segments.append(percentEncodeSegment(decoded))
+            segments.append(PercentEncoding.encodePathSegment(decoded))
         }
         if let rawQuery, rawQuery.utf8.contains(where: { $0 < 0x21 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
             throw Problem.invalid("the query contains characters that are not allowed")
@@ -42,47 +43,6 @@ enum ProxyRules {
             result.effectivePort == base.effectivePort, result.path.hasPrefix(base.path)
         else { throw Problem.invalid("the proxy path leaves the destination") }
         return url
-    }
-
-    static func percentDecode(_ raw: Substring) -> [UInt8]? {
-        var out: [UInt8] = []
-        var bytes = raw.utf8.makeIterator()
-        while let b = bytes.next() {
-            if b == UInt8(ascii: "%") {
-                guard let h = bytes.next(), let l = bytes.next(), let hv = hexValue(h), let lv = hexValue(l) else { return nil }
-                out.append(hv << 4 | lv)
-            } else {
-                out.append(b)
-            }
-        }
-        return out
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - 48
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - 87
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - 55
-        default: nil
-        }
-    }
-
-    /// RFC 3986 pchar: unreserved, sub-delims, ':' and '@' stay; everything else is encoded.
-    static func percentEncodeSegment(_ bytes: [UInt8]) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        for b in bytes {
-            switch b {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "!"), UInt8(ascii: "$"),
-                UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"),
-                UInt8(ascii: ","), UInt8(ascii: ";"), UInt8(ascii: "="), UInt8(ascii: ":"), UInt8(ascii: "@"):
-                out.append(b)
-            default:
-                out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 15)]]
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     static let hopByHop: Set<String> = [

@@ -1,4 +1,4 @@
-/// Hex and base64 codecs that do not need Foundation.
+/// Hex and base64 codecs: pure Swift, no Foundation, no libcrypto.
 public enum Hex {
     private static let digits = Array("0123456789abcdef".utf8)
 

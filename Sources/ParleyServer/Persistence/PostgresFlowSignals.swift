@@ -1,14 +1,14 @@
-import Foundation
+public import Foundation
 import Logging
-import ServiceLifecycle
-import Store
+public import ServiceLifecycle
+public import Store
 import Synchronization
 
 /// Wakes long-polls when a flow leaves `pending`, on whichever instance that
 /// happened: every instance LISTENs on one channel and fans out by flow id.
 /// After a reconnect every waiter wakes and re-reads, since a notification may
 /// have been missed meanwhile.
-final class FlowNotifications: Service, Sendable {
+public final class PostgresFlowSignals: FlowSignals, Service {
     static let channel = "parley_flows"
 
     private struct Waiter {
@@ -16,12 +16,20 @@ final class FlowNotifications: Service, Sendable {
         let continuation: CheckedContinuation<Void, Never>
     }
 
+    private let store: PostgresStore
     private let listener: NotificationListener
     private let waiters = Mutex<(next: Int, all: [Int: Waiter])>((0, [:]))
 
-    init(listener: NotificationListener) { self.listener = listener }
+    public init(store: PostgresStore, listener: NotificationListener) {
+        self.store = store
+        self.listener = listener
+    }
 
-    func run() async throws {
+    public func announce(flowID: UUID) async throws {
+        try await store.notify(channel: Self.channel, payload: flowID.uuidString.lowercased())
+    }
+
+    public func run() async throws {
         for await event in listener.notifications(channel: Self.channel).cancelOnGracefulShutdown() {
             switch event {
             case .notification(let flowID): wake { $0 == flowID }
@@ -33,7 +41,8 @@ final class FlowNotifications: Service, Sendable {
     }
 
     /// Returns when `flowID` is notified, after `timeout`, or on cancellation.
-    func wait(for flowID: String, timeout: Duration) async {
+    public func wait(for flowUUID: UUID, timeout: Duration) async {
+        let flowID = flowUUID.uuidString.lowercased()
         let id = waiters.withLock { state -> Int in
             state.next += 1
             return state.next

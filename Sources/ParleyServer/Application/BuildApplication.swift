@@ -1,0 +1,145 @@
+import AuthFlows
+public import Conversation
+public import Hummingbird
+public import Logging
+public import ServiceLifecycle
+public import Store
+
+/// What an instance stands on: storage, signals, the upstream transport and the
+/// clock. `postgres(…)` is production's; ParleyTesting builds in-memory twins.
+public struct ParleyDependencies: Sendable {
+    public var registrations: any RegistrationRepository
+    public var flows: any FlowRepository
+    public var cookies: any CookieRepository
+    public var tokens: any TokenRepository
+    public var audit: any AuditRepository
+    public var flowSignals: any FlowSignals
+    public var readiness: any ReadinessProbe
+    public var transport: any Transport
+    public var clock: any WallClock
+    /// Long-lived parts, in start order (they stop in reverse, after the HTTP server).
+    public var services: [any Service]
+
+    public init(
+        registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
+        audit: any AuditRepository, flowSignals: any FlowSignals, readiness: any ReadinessProbe, transport: any Transport,
+        clock: any WallClock, services: [any Service] = []
+    ) {
+        self.registrations = registrations
+        self.flows = flows
+        self.cookies = cookies
+        self.tokens = tokens
+        self.audit = audit
+        self.flowSignals = flowSignals
+        self.readiness = readiness
+        self.transport = transport
+        self.clock = clock
+        self.services = services
+    }
+
+    /// PostgreSQL for every repository, `LISTEN/NOTIFY` for flow signals.
+    public static func postgres(
+        configuration: ParleyConfiguration, store: PostgresStore, transport: any Transport, clock: any WallClock = SystemClock(),
+        logger: Logger
+    ) -> ParleyDependencies {
+        let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.databaseURL), logger: logger)
+        let signals = PostgresFlowSignals(store: store, listener: listener)
+        return ParleyDependencies(
+            registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store),
+            cookies: PostgresCookies(store: store, keyRing: configuration.keyRing),
+            tokens: PostgresTokens(store: store, keyRing: configuration.keyRing), audit: PostgresAudit(store: store),
+            flowSignals: signals, readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
+            clock: clock, services: [store, listener, signals])
+    }
+}
+
+/// The composition root: wires the rooms once, from configuration and dependencies,
+/// and returns the router with every route.
+public func buildRouter(
+    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger
+) -> Router<ParleyRequestContext> {
+    let secrets = Secrets(keyRing: configuration.keyRing)
+    let audit = AuditLog(repository: d.audit, logger: logger)
+    let csrfTokens = CSRFTokenCache()
+    let broker = OAuth2Broker(store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit), logger: logger)
+    let configurator = DestinationConfigurator(
+        transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
+        observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
+    let conversations = Conversations(
+        destinations: configuration.destinations, configurator: configurator,
+        managers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
+        csrfTokens: csrfTokens)
+    let clientTokens = ClientTokens(registrations: d.registrations)
+    let registrar = SMPRegistrar(conversations: conversations)
+    let flows = FlowService(
+        flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.publicURL,
+        completions: [
+            .smpRegistration: SMPActivation(
+                registrations: d.registrations, registrar: registrar, conversations: conversations, clientTokens: clientTokens,
+                secrets: secrets, audit: audit)
+        ])
+    let registrations = RegistrationService(
+        registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
+        secrets: secrets, clientTokens: clientTokens, audit: audit, metrics: metrics, clock: d.clock)
+    // The flow kinds: one line each.
+    let kinds = FlowKinds([
+        OAuth2AuthorizationCodeFlow(
+            flows: d.flows, lifecycle: flows, registrations: d.registrations, conversations: conversations, broker: broker,
+            secrets: secrets, clock: d.clock, publicURL: configuration.publicURL)
+    ])
+
+    let controllers = Controllers(
+        operations: OperationsController(readiness: d.readiness, metrics: metrics),
+        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.maxJSONBytes),
+        flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.maxJSONBytes),
+        flowPages: FlowPagesController(flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations),
+        proxy: ProxyController(
+            conversations: conversations, flows: flows, metrics: metrics, memoryBodyBytes: configuration.memoryBodyBytes,
+            spoolDirectory: configuration.spoolDirectory),
+        admin: AdminController(registrations: d.registrations, service: registrations, audit: audit),
+        flowRoutes: kinds.routes)
+
+    let routeTable = RouteTable()
+    let router = Router(context: ParleyRequestContext.self)
+    router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
+    addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)
+    routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
+    return router
+}
+
+/// The Hummingbird application: the router plus the services it depends on.
+/// Services start in order and stop in reverse, so the HTTP server (last) stops
+/// first and lets in-flight requests finish before the store closes.
+public func buildApplication(
+    configuration: ParleyConfiguration, dependencies: ParleyDependencies, metrics: Metrics = Metrics(), logger: Logger,
+    extraServices: [any Service] = [], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+) -> some ApplicationProtocol {
+    Application(
+        router: buildRouter(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger),
+        configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
+        services: dependencies.services + extraServices,
+        onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
+        logger: logger)
+}
+
+/// Applies pending migrations under the store's advisory lock.
+public func migrate(store: PostgresStore, source: MigrationSource, logger: Logger) async throws -> [String] {
+    try await Migrator(store: store, source: source, logger: logger).migrate()
+}
+
+/// Runs until graceful shutdown, then releases a resource (the libcurl transport).
+public struct ShutdownHook: Service, CustomStringConvertible {
+    let name: String
+    public var description: String { "ShutdownHook(\(name))" }
+    let action: @Sendable () async -> Void
+
+    public init(name: String, action: @escaping @Sendable () async -> Void) {
+        self.name = name
+        self.action = action
+    }
+
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await action()
+    }
+}

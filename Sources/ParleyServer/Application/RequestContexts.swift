@@ -1,0 +1,41 @@
+public import Hummingbird
+public import Logging
+import NIOCore
+
+/// The context every request starts in: no caller known yet. Hosted pages,
+/// callbacks and operations run in it. Authenticators fill in who the caller is.
+public struct ParleyRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    /// Set by `ClientAuthenticator` for a valid client token.
+    public var registration: RegistrationRecord?
+    /// Set by `AdminAuthenticator` for a valid admin token.
+    public var admin: AdminIdentity?
+
+    public init(source: Source) {
+        coreContext = .init(source: source)
+    }
+}
+
+/// A thin client's request: a handler here cannot run without its registration.
+public struct ClientRequestContext: ChildRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let registration: RegistrationRecord
+
+    public init(context: ParleyRequestContext) throws {
+        guard let registration = context.registration else { throw Problem.invalidClientToken }
+        coreContext = context.coreContext
+        self.registration = registration
+    }
+}
+
+/// An administrator's request: a handler here cannot run without the admin identity.
+public struct AdminRequestContext: ChildRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let admin: AdminIdentity
+
+    public init(context: ParleyRequestContext) throws {
+        guard let admin = context.admin else { throw Problem.invalidAdminToken }
+        coreContext = context.coreContext
+        self.admin = admin
+    }
+}

@@ -1,0 +1,57 @@
+import Hummingbird
+
+/// The controllers of one instance, built once by `buildApplication`.
+struct Controllers: Sendable {
+    let operations: OperationsController
+    let registrations: RegistrationsController
+    let flows: FlowsController
+    let flowPages: FlowPagesController
+    let proxy: ProxyController
+    let admin: AdminController
+    /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
+    let flowRoutes: [FlowRoute]
+}
+
+/// Every path Parley serves, in one place. Who may call a group is decided by its
+/// authenticator, so a handler that needs a registration (or an admin) cannot be
+/// reached without one.
+func addRoutes(
+    to router: Router<ParleyRequestContext>, _ c: Controllers, clientTokens: ClientTokens, adminTokenHashes: [[UInt8]]
+) {
+    // Operations: load balancers and operators, no authentication.
+    router.get("/healthz", use: c.operations.health)
+    router.get("/readyz", use: c.operations.ready)
+    router.get("/metrics", use: c.operations.metricsText)
+
+    // Thin clients. Registering needs no token; everything else needs the client token.
+    router.post("/v1/registrations", use: c.registrations.create)
+    let client = router.group("/v1")
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false))
+        .group(context: ClientRequestContext.self)
+    client.get("registrations/me", use: c.registrations.me)
+    client.delete("registrations/me", use: c.registrations.delete)
+    client.post("flows", use: c.flows.create)
+    client.get("flows/{id}", use: c.flows.status)
+
+    // The proxy: any forwarded method, the raw target judged by the handler.
+    let proxy = router.group("/v1/proxy")
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true))
+        .group(context: ClientRequestContext.self)
+    for method in ProxyController.methods {
+        proxy.on("", method: method, use: c.proxy.forward)
+        proxy.on("**", method: method, use: c.proxy.forward)
+    }
+
+    // Browsers: the hosted pages every flow shares, then each flow kind's own routes.
+    router.get("/flows/{id}", use: c.flowPages.start)
+    router.get("/flows/{id}/done", use: c.flowPages.done)
+    for route in c.flowRoutes {
+        for method in route.methods { router.on(RouterPath(route.path), method: method, use: route.handler) }
+    }
+
+    // Administrators (admin token).
+    let admin = router.group("/admin/v1")
+        .add(middleware: AdminAuthenticator(tokenHashes: adminTokenHashes))
+        .group(context: AdminRequestContext.self)
+    admin.get("registrations/{id}", use: c.admin.registration)
+}

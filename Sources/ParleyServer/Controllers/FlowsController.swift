@@ -1,0 +1,38 @@
+import Hummingbird
+
+/// `POST /v1/flows` and `GET /v1/flows/{id}?wait=S`: a registration's own flows.
+struct FlowsController: Sendable {
+    struct StartFlow: Decodable { var kind: String? }
+
+    let flows: FlowService
+    let kinds: FlowKinds
+    let conversations: Conversations
+    let maxJSONBytes: Int
+
+    /// Proactive login. Without `kind`, the destination's first interactive method
+    /// among saml2, oauth2 (authorization code) and basic (form).
+    @Sendable func create(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        let input = try await JSONBody.decode(StartFlow.self, from: request, limit: maxJSONBytes)
+        let destination = try conversations.destination(of: context.registration)
+        let offered = kinds.offered(by: destination)
+        let kind: FlowKind
+        if let requested = input.kind {
+            guard let k = FlowKind(rawValue: requested), offered.contains(k) else {
+                throw Problem.invalid("this destination offers no '\(requested.prefix(32))' flow")
+            }
+            kind = k
+        } else {
+            guard let first = offered.first else { throw Problem.invalid("this destination has no interactive login") }
+            kind = first
+        }
+        let (flow, url) = try await flows.create(
+            for: context.registration, kind: kind, scopeKey: kinds[kind]?.scopeKey(for: destination))
+        return JSONBody.response(.created, flows.view(flow, url: url))
+    }
+
+    @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        let id = context.parameters.get("id") ?? ""
+        let view = try await flows.status(id: id, wait: request.uri.queryParameters.get("wait"), registration: context.registration)
+        return JSONBody.response(.ok, view)
+    }
+}

@@ -1,0 +1,99 @@
+import AuthFlows
+import Conversation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+
+/// `ANY /v1/proxy/{path…}`: the request goes through the registration's conversation
+/// manager; the final upstream response streams back with end-to-end headers only.
+/// The path rules judge the raw request target, encoded segments included.
+struct ProxyController: Sendable {
+    /// What the proxy forwards. `TRACE` and `CONNECT` are refused (405), as is any
+    /// method not listed (WebDAV's, say); `MERGE` is OData's update.
+    static let methods: [HTTPRequest.Method] = [.get, .head, .post, .put, .patch, .delete, .options, .init("MERGE")!]
+    static let prefix = "/v1/proxy"
+
+    let conversations: Conversations
+    let flows: FlowService
+    let metrics: Metrics
+    let memoryBodyBytes: Int
+    let spoolDirectory: String
+
+    @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        let registration = context.registration
+        let destination = try conversations.destination(of: registration)
+        guard let (rawPath, rawQuery) = Self.splitProxyTarget(request.uri.string) else {
+            throw Problem.invalid("the proxy path must start with /v1/proxy/")
+        }
+        let url = try ProxyRules.upstreamURL(destination: destination, rawPath: rawPath, rawQuery: rawQuery)
+
+        let limit = destination.requestBodyLimit
+        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
+            throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
+        }
+        let manager = try conversations.manager(for: registration)
+        let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, directory: spoolDirectory)
+        let result: ConversationResult
+        do {
+            let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
+            result = try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
+        } catch {
+            spooled.remove()
+            if let problem = error as? Problem { throw problem }
+            metrics.increment(.upstreamErrors, [("destination", destination.name), ("kind", Problem.from(error).code.rawValue)])
+            throw error
+        }
+        // The conversation is over: no restart can replay the body any more. libcurl
+        // read the spool file through its own descriptor, so unlinking it now is safe.
+        spooled.remove()
+
+        switch result {
+        case .interactionRequired(let interaction):
+            throw try await flows.interactionRequired(interaction, registration: registration)
+        case .response(let upstream):
+            metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
+            return Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head)
+        }
+    }
+
+    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool) -> Response {
+        var headers = HTTPFields()
+        for (name, value) in ProxyRules.returnable(upstream.headers, csrf: csrf) {
+            if let field = HTTPField.Name(name) { headers.append(HTTPField(name: field, value: value)) }
+        }
+        let length = upstream.headers["Content-Length"].flatMap(Int.init)
+        let body = upstream.body
+        let status = HTTPResponse.Status(code: upstream.status)
+        if isHead || upstream.status == 204 || upstream.status == 304 {
+            body.discard()
+            if let length, isHead { headers[.contentLength] = String(length) }
+            return Response(status: status, headers: headers, body: ResponseBody())
+        }
+        return Response(
+            status: status, headers: headers,
+            body: ResponseBody(contentLength: length) { writer in
+                defer { body.discard() }
+                for try await chunk in body {
+                    try await writer.write(ByteBuffer(bytes: chunk))
+                }
+                try await writer.finish(nil)
+            })
+    }
+
+    /// Splits the raw request target into the path after `/v1/proxy/` and the raw query;
+    /// nil when the target does not start with `/v1/proxy` exactly (`//v1/proxy`, absolute form).
+    static func splitProxyTarget(_ target: String) -> (path: String, query: String?)? {
+        var pathPart = Substring(target)
+        var query: String?
+        if let q = target.firstIndex(of: "?") {
+            pathPart = target[..<q]
+            query = String(target[target.index(after: q)...])
+        }
+        guard pathPart.hasPrefix(prefix) else { return nil }
+        var rest = pathPart.dropFirst(prefix.count)
+        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
+        if rest.hasPrefix("/") { rest = rest.dropFirst() }
+        return (String(rest), query)
+    }
+}

@@ -1,0 +1,23 @@
+import Hummingbird
+
+/// `POST /v1/registrations` (anyone), `GET|DELETE /v1/registrations/me` (the registration itself).
+struct RegistrationsController: Sendable {
+    let service: RegistrationService
+    let maxJSONBytes: Int
+
+    @Sendable func create(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
+        let created = try await service.register(input, logger: context.logger)
+        return JSONBody.response(.created, try service.view(created.record, clientToken: created.clientToken, flow: created.flow))
+    }
+
+    @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        let record = context.registration
+        return JSONBody.response(.ok, try service.view(record, flow: try await service.pendingFlow(of: record)))
+    }
+
+    @Sendable func delete(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        try await service.deregister(context.registration, actor: .client, logger: context.logger)
+        return Response(status: .noContent)
+    }
+}

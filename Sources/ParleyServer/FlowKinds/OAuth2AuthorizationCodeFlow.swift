@@ -1,0 +1,103 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Hummingbird
+import Logging
+import ParleyCrypto
+import ParleyEncoding
+
+/// OAuth2 authorization code with PKCE (S256) and `state`. The start page mints the
+/// state (hashed) and verifier (sealed) and redirects to the authorization endpoint;
+/// `/callback/oauth2` claims the flow by its state exactly once, exchanges the code
+/// and stores the tokens.
+struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
+    let kind: FlowKind = .oauth2
+    let flows: any FlowRepository
+    let lifecycle: FlowService
+    let registrations: any RegistrationRepository
+    let conversations: Conversations
+    let broker: OAuth2Broker
+    let secrets: Secrets
+    let clock: any WallClock
+    let publicURL: String
+
+    var redirectURI: String { publicURL + "/callback/oauth2" }
+
+    func isOffered(by destination: Destination) -> Bool { destination.oauth2?.grant == .authorizationCode }
+
+    func scopeKey(for destination: Destination) -> String? { destination.oauth2?.defaultScopeKey }
+
+    func start(_ flow: FlowRecord, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+        guard let settings = destination.oauth2, settings.grant == .authorizationCode, let endpoint = settings.authorizationEndpoint else {
+            return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
+        }
+        let state = SecureRandom.token(byteCount: 32)
+        let verifier = PKCE.verifier()
+        let sealed = secrets.seal(pkceVerifier: verifier, flowID: flow.idString)
+        guard try await flows.begin(id: flow.id, stateHash: SHA256.hash(Array(state.utf8)), pkceVerifierSealed: sealed) else {
+            return Page.redirect(lifecycle.doneURL(flow), status: .seeOther)
+        }
+        var parameters = [
+            ("response_type", "code"), ("client_id", settings.clientID), ("redirect_uri", redirectURI), ("state", state),
+            ("code_challenge", PKCE.challenge(for: verifier)), ("code_challenge_method", "S256"),
+        ]
+        if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+        let separator = endpoint.contains("?") ? "&" : "?"
+        return Page.redirect(endpoint + separator + PercentEncoding.encodeForm(parameters))
+    }
+
+    var routes: [FlowRoute] {
+        [
+            FlowRoute(path: "/callback/oauth2", methods: [.get]) { request, context in
+                await Page.guarding {
+                    try await callback(query: PercentEncoding.decodeForm(request.uri.query ?? "") ?? [], logger: context.logger)
+                }
+            }
+        ]
+    }
+
+    /// `GET /callback/oauth2`: the `state` claims its flow exactly once; the code is
+    /// exchanged with the PKCE verifier; the tokens are stored; the flow completes.
+    func callback(query: [(String, String)], logger: Logger) async throws -> Response {
+        func value(_ name: String) -> String? { query.first { $0.0 == name }?.1 }
+        guard let state = value("state"), !state.isEmpty, state.utf8.count <= 256,
+            let flow = try await flows.claim(stateHash: SHA256.hash(Array(state.utf8)))
+        else {
+            logger.info("oauth2 callback refused: unknown or used state")
+            return Page.problem(.invalid("this sign-in answer is not valid, or it was used already"))
+        }
+        if flow.expiresAt <= clock.now {
+            try await lifecycle.finish(flow, status: .expired, error: nil, logger: logger)
+            return Page.problem(Problem(.gone, .flowExpired, "this sign-in took too long; start again in the app"))
+        }
+        let done = Page.redirect(lifecycle.doneURL(flow), status: .seeOther)
+        if let error = value("error") {
+            try await lifecycle.finish(flow, status: .failed, error: TokenEndpointClient.safeErrorCode(error), logger: logger)
+            return done
+        }
+        guard let code = value("code"), !code.isEmpty, let verifier = try secrets.pkceVerifier(of: flow),
+            let registration = try await registrations.find(id: flow.registrationID),
+            let destination = try? conversations.destination(of: registration),
+            let endpoint = conversations.tokenEndpoint(for: destination)
+        else {
+            try await lifecycle.finish(flow, status: .failed, error: "invalid_callback", logger: logger)
+            return done
+        }
+        let outcome = await endpoint.request([
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
+        ])
+        switch outcome {
+        case .token(let token):
+            let key = TokenKey(
+                destination: destination.name, registrationID: registration.idString,
+                scopeKey: flow.scopeKey ?? endpoint.settings.defaultScopeKey)
+            try await broker.store(token, for: key, grant: .authorizationCode)
+            try await lifecycle.finish(flow, status: .completed, error: nil, logger: logger)
+        case .permanent(let error):
+            try await lifecycle.finish(flow, status: .failed, error: error, logger: logger)
+        case .transient:
+            try await lifecycle.finish(flow, status: .failed, error: "temporarily_unavailable", logger: logger)
+        }
+        return done
+    }
+}

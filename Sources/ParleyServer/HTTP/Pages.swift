@@ -1,0 +1,72 @@
+import HTTPTypes
+import Hummingbird
+import Mustache
+import NIOCore
+
+/// Parley's own browser pages, rendered from Mustache templates (values are
+/// HTML-escaped by the template engine). No script, no inline style; `no-store`;
+/// a CSP with `frame-ancestors 'none'`.
+enum Page {
+    static let securityHeaders: HTTPFields = [
+        .cacheControl: "no-store",
+        .contentSecurityPolicy: "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        .xFrameOptions: "DENY",
+        .referrerPolicy: "no-referrer",
+        .xContentTypeOptions: "nosniff",
+    ]
+
+    /// The templates, parsed once. A template that does not parse is a programming
+    /// error that the page tests catch; at run time it degrades to a plain message.
+    static let templates: MustacheLibrary = {
+        var library = MustacheLibrary()
+        for (name, text) in PageTemplates.all { try? library.register(text, named: name) }
+        return library
+    }()
+
+    /// A message page; `attributes` become `data-…` attributes on `<body>` for tests and scripts.
+    static func html(_ status: HTTPResponse.Status, title: String, message: String, attributes: [String: String] = [:]) -> Response {
+        let context: [String: Any] = [
+            "title": title, "message": message,
+            "attributes": attributes.sorted { $0.key < $1.key }.map { ["name": $0.key, "value": $0.value] },
+        ]
+        let body = templates.render(context, withTemplate: "message") ?? "\(status.code) \(status.reasonPhrase)"
+        var headers = securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func redirect(_ location: String, status: HTTPResponse.Status = .found) -> Response {
+        var headers = securityHeaders
+        headers[.location] = location
+        return Response(status: status, headers: headers)
+    }
+
+    static func problem(_ problem: Problem) -> Response {
+        html(problem.status, title: problem.title, message: problem.detail, attributes: ["data-parley-error": problem.code.rawValue])
+    }
+
+    /// Browser pages answer failures as HTML, not problem+json.
+    static func guarding(_ body: () async throws -> Response) async -> Response {
+        do { return try await body() } catch { return problem(Problem.from(error)) }
+    }
+}
+
+/// The page templates, compiled into the binary so it runs from any directory.
+enum PageTemplates {
+    static let all: [(String, String)] = [("message", message)]
+
+    static let message = """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>{{title}}</title></head>
+        <body{{#attributes}} {{name}}="{{value}}"{{/attributes}}><main><h1>{{title}}</h1><p>{{message}}</p></main></body></html>
+        """
+}
+
+extension HTTPField.Name {
+    static let xFrameOptions = Self("X-Frame-Options")!
+    static let referrerPolicy = Self("Referrer-Policy")!
+    static let xContentTypeOptions = Self("X-Content-Type-Options")!
+    static let parleyFlow = Self("Parley-Flow")!
+    static let parleyRequestID = Self("Parley-Request-Id")!
+}

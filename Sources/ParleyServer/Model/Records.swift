@@ -1,0 +1,123 @@
+public import Conversation
+public import Foundation
+
+/// A registration's lifecycle. Stored as text; the raw values are the contract's.
+public enum RegistrationStatus: String, Sendable, CaseIterable {
+    case active
+    case loginRequired = "login_required"
+}
+
+/// The kinds of interactive flow: the ones a conversation can ask for.
+public typealias FlowKind = InteractionRequest.Kind
+
+public enum FlowStatus: String, Sendable, CaseIterable {
+    case pending, completed, failed, expired
+}
+
+/// Why a flow exists: a sign-in for the thin client, or the login an SMP registration waits on.
+public enum FlowPurpose: String, Sendable, CaseIterable {
+    case login
+    case smpRegistration = "smp_registration"
+}
+
+/// A registration as stored, secrets still sealed.
+public struct RegistrationRecord: Sendable, Equatable {
+    public var id: UUID
+    public var destination: String
+    public var status: RegistrationStatus
+    public var appcidSealed: [UInt8]?
+    public var deviceType: String?
+    public var deviceModel: String?
+    public var userHint: String?
+    public var returnUrl: String?
+    public var credentialsSealed: [UInt8]?
+    public var clientCertificateSealed: [UInt8]?
+    public var createdAt: Date
+
+    public var idString: String { id.uuidString.lowercased() }
+
+    public init(
+        id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
+        deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
+        createdAt: Date
+    ) {
+        self.id = id
+        self.destination = destination
+        self.status = status
+        self.appcidSealed = appcidSealed
+        self.deviceType = deviceType
+        self.deviceModel = deviceModel
+        self.userHint = userHint
+        self.returnUrl = returnUrl
+        self.credentialsSealed = credentialsSealed
+        self.clientCertificateSealed = clientCertificateSealed
+        self.createdAt = createdAt
+    }
+}
+
+/// A flow row. The URL secret and the OAuth2 state exist only as hashes (the secret
+/// also sealed, so its owner can read the URL again).
+public struct FlowRecord: Sendable, Equatable {
+    public var id: UUID
+    public var registrationID: UUID
+    public var kind: FlowKind
+    public var purpose: FlowPurpose
+    public var secretHash: [UInt8]
+    public var secretSealed: [UInt8]?
+    public var pkceVerifierSealed: [UInt8]?
+    public var scopeKey: String?
+    public var status: FlowStatus
+    public var error: String?
+    public var returnUrl: String?
+    public var expiresAt: Date
+    public var createdAt: Date
+
+    public var idString: String { id.uuidString.lowercased() }
+
+    public init(
+        id: UUID, registrationID: UUID, kind: FlowKind, purpose: FlowPurpose, secretHash: [UInt8], secretSealed: [UInt8]?,
+        pkceVerifierSealed: [UInt8]? = nil, scopeKey: String?, status: FlowStatus = .pending, error: String? = nil,
+        returnUrl: String?, expiresAt: Date, createdAt: Date
+    ) {
+        self.id = id
+        self.registrationID = registrationID
+        self.kind = kind
+        self.purpose = purpose
+        self.secretHash = secretHash
+        self.secretSealed = secretSealed
+        self.pkceVerifierSealed = pkceVerifierSealed
+        self.scopeKey = scopeKey
+        self.status = status
+        self.error = error
+        self.returnUrl = returnUrl
+        self.expiresAt = expiresAt
+        self.createdAt = createdAt
+    }
+}
+
+/// Who acted, for the audit log.
+public enum AuditActor: String, Sendable { case client, admin, system }
+
+/// One audit event: who did what, when; never a secret.
+public struct AuditEvent: Sendable, Equatable {
+    public var action: String
+    public var actor: AuditActor
+    public var registrationID: UUID?
+    public var destination: String?
+    public var detail: [String: String]
+
+    public init(action: String, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]) {
+        self.action = action
+        self.actor = actor
+        self.registrationID = registrationID
+        self.destination = destination
+        self.detail = detail
+    }
+}
+
+/// The administrator a valid admin token stands for. Only the token's hash is kept; the
+/// identity is its position in `PARLEY_ADMIN_TOKENS`, enough for the audit log.
+public struct AdminIdentity: Sendable, Equatable {
+    public let index: Int
+    public var name: String { "admin-\(index + 1)" }
+}

@@ -1,0 +1,74 @@
+import AuthFlows
+public import Foundation
+import ParleyCrypto
+public import Store
+
+extension RegistrationRecord {
+    init(row: Row) throws {
+        self.init(
+            id: try row.uuid("id"), destination: try row.string("destination"),
+            status: try row.enumValue("status", RegistrationStatus.self), appcidSealed: try row.optionalBytes("appcid_sealed"),
+            deviceType: try row.optionalString("device_type"), deviceModel: try row.optionalString("device_model"),
+            userHint: try row.optionalString("user_hint"), returnUrl: try row.optionalString("return_url"),
+            credentialsSealed: try row.optionalBytes("credentials_sealed"),
+            clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"))
+    }
+}
+
+extension Row {
+    /// A text column holding an enum's raw value; an unknown value is a decoding error, not a crash.
+    func enumValue<E: RawRepresentable>(_ column: String, _ type: E.Type) throws -> E where E.RawValue == String {
+        let text = try string(column)
+        guard let value = E(rawValue: text) else { throw StoreError.decoding("column \(column) holds an unknown value") }
+        return value
+    }
+}
+
+/// Registration rows in PostgreSQL.
+public struct PostgresRegistrations: RegistrationRepository {
+    let store: PostgresStore
+
+    public init(store: PostgresStore) { self.store = store }
+
+    static let columns: SQL =
+        "id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, client_certificate_sealed, created_at"
+
+    public func insert(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
+        try await store.execute(
+            """
+            INSERT INTO registrations (id, destination, client_token_hash, status, device_type, device_model, user_hint,
+                return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at)
+            VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.deviceType), \(r.deviceModel),
+                \(r.userHint), \(r.returnUrl), \(r.credentialsSealed), \(r.clientCertificateSealed), \(r.appcidSealed),
+                \(r.createdAt), \(r.createdAt))
+            """)
+    }
+
+    public func find(clientTokenHash hash: [UInt8]) async throws -> RegistrationRecord? {
+        let rows = try await store.query(
+            "SELECT " + Self.columns + ", client_token_hash FROM registrations WHERE client_token_hash = \(hash)")
+        guard let row = rows.first, constantTimeEquals(try row.bytes("client_token_hash"), hash) else { return nil }
+        return try RegistrationRecord(row: row)
+    }
+
+    public func find(id: UUID) async throws -> RegistrationRecord? {
+        try await store.query("SELECT " + Self.columns + " FROM registrations WHERE id = \(id)").first.map(RegistrationRecord.init(row:))
+    }
+
+    public func activate(id: UUID, appcidSealed: [UInt8]?) async throws {
+        try await store.execute(
+            """
+            UPDATE registrations SET status = \(RegistrationStatus.active.rawValue), appcid_sealed = \(appcidSealed), updated_at = now()
+            WHERE id = \(id)
+            """)
+    }
+
+    public func setStatus(_ status: RegistrationStatus, id: UUID) async throws {
+        try await store.execute("UPDATE registrations SET status = \(status.rawValue), updated_at = now() WHERE id = \(id)")
+    }
+
+    @discardableResult
+    public func delete(id: UUID) async throws -> Bool {
+        try await store.execute("DELETE FROM registrations WHERE id = \(id)") > 0
+    }
+}

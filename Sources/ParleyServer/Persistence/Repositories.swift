@@ -1,0 +1,58 @@
+public import AuthFlows
+public import Foundation
+
+// The server's storage, as small protocols. PostgreSQL implements them here
+// (`Postgres*`); ParleyTesting has in-memory twins for the router test tier.
+
+/// Registration rows. A client token exists only as its SHA-256.
+public protocol RegistrationRepository: Sendable {
+    func insert(_ registration: RegistrationRecord, clientTokenHash: [UInt8]) async throws
+    /// The registration whose client token has this SHA-256 (compared in constant time), or nil.
+    func find(clientTokenHash: [UInt8]) async throws -> RegistrationRecord?
+    func find(id: UUID) async throws -> RegistrationRecord?
+    /// `active`, with the APPCID (sealed) the upstream gave, if any.
+    func activate(id: UUID, appcidSealed: [UInt8]?) async throws
+    func setStatus(_ status: RegistrationStatus, id: UUID) async throws
+    /// Deletes the registration; its tokens, cookies and flows go with it.
+    @discardableResult func delete(id: UUID) async throws -> Bool
+}
+
+/// Flow rows. Each flow finishes once.
+public protocol FlowRepository: Sendable {
+    func insert(_ flow: FlowRecord) async throws
+    /// A browser opened the start page: a new `state` (hashed) and PKCE verifier (sealed).
+    func begin(id: UUID, stateHash: [UInt8], pkceVerifierSealed: [UInt8]) async throws -> Bool
+    /// Claims the pending flow a callback's `state` names, exactly once.
+    func claim(stateHash: [UInt8]) async throws -> FlowRecord?
+    func latest(registrationID: UUID, purpose: FlowPurpose) async throws -> FlowRecord?
+    func find(id: UUID) async throws -> FlowRecord?
+    /// Moves a pending flow to a final status; false when it was no longer pending.
+    func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool
+}
+
+/// A registration's cookie jar, plus a way to drop what this instance remembers of it.
+public protocol CookieRepository: CookieRecords {
+    func forget(registrationID: String)
+}
+
+/// OAuth2 tokens, plus the listing a deregistration revokes.
+public protocol TokenRepository: TokenStore {
+    func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)]
+}
+
+/// Append-only audit events.
+public protocol AuditRepository: Sendable {
+    func append(_ event: AuditEvent) async throws
+}
+
+/// Wakes long-polls when a flow leaves `pending`, on whichever instance that happened.
+public protocol FlowSignals: Sendable {
+    func announce(flowID: UUID) async throws
+    /// Returns when `flowID` is announced, after `timeout`, or on cancellation.
+    func wait(for flowID: UUID, timeout: Duration) async
+}
+
+/// Whether this instance can serve: the database is reachable and migrated.
+public protocol ReadinessProbe: Sendable {
+    func isReady() async -> Bool
+}

@@ -1,0 +1,25 @@
+import Foundation
+import ParleyCrypto
+
+/// Finds the registration a client token stands for. Only the token's SHA-256 is
+/// looked up. The proxy path may use an answer at most 500 ms old (see `ShortCache`).
+final class ClientTokens: Sendable {
+    static let maxTokenBytes = 512
+
+    let registrations: any RegistrationRepository
+    private let recent = ShortCache<[UInt8], RegistrationRecord>(lifetime: .milliseconds(500))
+
+    init(registrations: any RegistrationRepository) { self.registrations = registrations }
+
+    func registration(token: String, cached: Bool) async throws -> RegistrationRecord? {
+        guard !token.isEmpty, token.utf8.count <= Self.maxTokenBytes else { return nil }
+        let hash = SecretToken.hash(token)
+        if cached, let registration = recent.value(for: hash) { return registration }
+        guard let registration = try await registrations.find(clientTokenHash: hash) else { return nil }
+        if cached { recent.set(registration, for: hash) }
+        return registration
+    }
+
+    /// A registration changed or went away here: no cached answer may outlive it.
+    func forgetAll() { recent.removeAll() }
+}

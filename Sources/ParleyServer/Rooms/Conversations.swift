@@ -1,0 +1,53 @@
+import AuthFlows
+import Conversation
+import Foundation
+
+/// The per-registration conversation managers of this instance: built lazily from the
+/// destination's settings and the registration's secrets, evicted when idle or told.
+struct Conversations: Sendable {
+    let destinations: [String: Destination]
+    let configurator: DestinationConfigurator
+    let managers: ManagerCache<UUID>
+    let secrets: Secrets
+    let cookies: any CookieRepository
+    let csrfTokens: CSRFTokenCache
+
+    /// The registration's destination, or `400` when the configuration no longer has it.
+    func destination(of registration: RegistrationRecord) throws(Problem) -> Destination {
+        guard let destination = destinations[registration.destination] else {
+            throw Problem.invalid("the registration's destination is no longer configured")
+        }
+        return destination
+    }
+
+    /// The registration's conversation manager, built on first use.
+    func manager(for registration: RegistrationRecord) throws -> ConversationManager {
+        let destination = try destination(of: registration)
+        return try managers.manager(for: registration.id) {
+            configurator.makeManager(for: destination, registration: try secrets.material(of: registration))
+        }
+    }
+
+    /// The manager must be rebuilt (a new APPCID, say).
+    func evict(_ registrationID: UUID) { managers.evict(registrationID) }
+
+    /// Everything this instance remembers of a registration that is gone.
+    func forget(_ registrationID: UUID) {
+        let id = registrationID.uuidString.lowercased()
+        cookies.forget(registrationID: id)
+        managers.evict(registrationID)
+        csrfTokens.forget(registrationID: id)
+    }
+
+    func tokenEndpoint(for destination: Destination) -> TokenEndpointClient? {
+        configurator.tokenEndpoint(for: destination)
+    }
+}
+
+/// Counts restarts; watches only.
+struct MetricsObserver: ConversationObserver {
+    let metrics: Metrics
+    func observe(_ event: ConversationEvent, conversation: Conversation) {
+        if case .restarting = event { metrics.increment(.conversationRestarts) }
+    }
+}

@@ -1,0 +1,132 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Logging
+import ParleyCrypto
+
+/// Something that waits on flows of one purpose and acts when one completes
+/// (an SMP registration that needed a login registers upstream then).
+protocol FlowCompletion: Sendable {
+    func flowCompleted(_ flow: FlowRecord, logger: Logger) async
+}
+
+/// The life of every flow, whatever its kind: creation with an unguessable URL,
+/// the thin client's view and long-poll, expiry, and finishing exactly once.
+/// What a kind does in the browser lives in `FlowKinds/`.
+struct FlowService: Sendable {
+    static let lifetime: TimeInterval = 600
+    static let maxWait: Double = 60
+
+    let flows: any FlowRepository
+    let signals: any FlowSignals
+    let secrets: Secrets
+    let audit: AuditLog
+    let clock: any WallClock
+    let publicURL: String
+    /// What to do when a flow of a purpose completes.
+    let completions: [FlowPurpose: any FlowCompletion]
+
+    /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
+    func create(
+        for registration: RegistrationRecord, kind: FlowKind, purpose: FlowPurpose = .login, scopeKey: String?
+    ) async throws -> (FlowRecord, String) {
+        let id = UUID()
+        let secret = SecureRandom.token(byteCount: 32)
+        let now = clock.now
+        let flow = FlowRecord(
+            id: id, registrationID: registration.id, kind: kind, purpose: purpose, secretHash: SHA256.hash(Array(secret.utf8)),
+            secretSealed: secrets.seal(flowSecret: secret, flowID: id.uuidString.lowercased()), scopeKey: scopeKey,
+            returnUrl: registration.returnUrl, expiresAt: now.addingTimeInterval(Self.lifetime), createdAt: now)
+        try await flows.insert(flow)
+        await audit.record(
+            "flow.created", actor: .system, registrationID: registration.id, destination: registration.destination,
+            detail: ["kind": kind.rawValue, "flow": flow.idString, "purpose": purpose.rawValue])
+        return (flow, url(flow, secret: secret))
+    }
+
+    func url(_ flow: FlowRecord, secret: String) -> String {
+        publicURL + "/flows/" + flow.idString + "?k=" + secret
+    }
+
+    /// The flow's URL for its owner (the secret is kept sealed for this).
+    func url(_ flow: FlowRecord) -> String? {
+        secrets.flowSecret(of: flow).map { url(flow, secret: $0) }
+    }
+
+    /// Where every flow page ends.
+    func doneURL(_ flow: FlowRecord) -> String { publicURL + "/flows/\(flow.idString)/done" }
+
+    /// The contract's flow object.
+    func view(_ flow: FlowRecord, url: String? = nil) -> JSONValue {
+        .object([
+            "id": .string(flow.idString),
+            "kind": .string(flow.kind.rawValue),
+            "status": .string(flow.status.rawValue),
+            "url": .optional(url ?? self.url(flow)),
+            "expiresAt": .string(RFC3339.format(flow.expiresAt)),
+            "error": flow.status == .failed ? .string(flow.error ?? "failed") : .null,
+        ])
+    }
+
+    /// The flow, with a pending one past its expiry turned `expired` first.
+    func current(_ id: UUID) async throws -> FlowRecord? {
+        guard var flow = try await flows.find(id: id) else { return nil }
+        if flow.status == .pending && flow.expiresAt <= clock.now {
+            if try await flows.finish(id: id, status: .expired, error: nil, at: clock.now) {
+                try await signals.announce(flowID: id)
+            }
+            flow = try await flows.find(id: id) ?? flow
+        }
+        return flow
+    }
+
+    /// The `401 interaction_required` answer: a new flow, in the body and in `Parley-Flow`.
+    func interactionRequired(_ interaction: InteractionRequest, registration: RegistrationRecord) async throws -> Problem {
+        let (flow, url) = try await create(for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey)
+        var problem = Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
+        problem.headers[.parleyFlow] = url
+        problem.extra["flow"] = view(flow, url: url)
+        return problem
+    }
+
+    /// The registration's own flow only; waits (at most 60 s) for it to leave `pending`,
+    /// woken by the flow signals from any instance.
+    func status(id: String, wait: String?, registration: RegistrationRecord) async throws -> JSONValue {
+        guard let uuid = UUID(uuidString: id), var flow = try await current(uuid), flow.registrationID == registration.id else {
+            throw Problem.notFound("no such flow")
+        }
+        let requested = wait.flatMap(Double.init) ?? 0
+        let seconds = requested.isFinite ? min(Self.maxWait, max(0, requested)) : 0
+        if flow.status == .pending && seconds > 0 {
+            let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+            while flow.status == .pending {
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else { break }
+                let untilExpiry = max(0, min(Self.lifetime, flow.expiresAt.timeIntervalSince(clock.now)))
+                await signals.wait(for: flow.id, timeout: min(left, .milliseconds(Int64(untilExpiry * 1000) + 10)))
+                try Task.checkCancellation()
+                flow = try await current(uuid) ?? flow
+            }
+        }
+        return view(flow)
+    }
+
+    /// A flow reached its end: wake waiters, audit, and finish what waited on it.
+    func finish(_ flow: FlowRecord, status: FlowStatus, error: String?, logger: Logger) async throws {
+        guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
+        try await signals.announce(flowID: flow.id)
+        await audit.record(
+            "flow.\(status.rawValue)", actor: .system, registrationID: flow.registrationID,
+            detail: ["flow": flow.idString, "kind": flow.kind.rawValue])
+        logger.info("flow finished", metadata: ["flow.id": .string(flow.idString), "flow.status": .string(status.rawValue)])
+        if status == .completed, let completion = completions[flow.purpose] {
+            await completion.flowCompleted(flow, logger: logger)
+        }
+    }
+}
+
+enum RFC3339 {
+    static func format(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: false, timeZone: .gmt))
+    }
+}

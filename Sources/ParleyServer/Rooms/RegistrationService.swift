@@ -1,0 +1,190 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Logging
+import ParleyCrypto
+import ParleyEncoding
+
+/// `POST /v1/registrations` input. Unknown members are ignored; wrong types are refused.
+struct CreateRegistration: Decodable {
+    var destination: String
+    var deviceType: String?
+    var deviceModel: String?
+    var userHint: String?
+    var returnUrl: String?
+    var credentials: UserCredentials?
+    var clientCertificate: Certificate?
+
+    struct Certificate: Decodable {
+        var pkcs12: String
+        var password: String?
+    }
+}
+
+/// Registrations: created locally, then registered upstream when the destination has
+/// SMP configured; torn down completely. Shapes them for the API.
+struct RegistrationService: Sendable {
+    let registrations: any RegistrationRepository
+    let tokens: any TokenRepository
+    let conversations: Conversations
+    let registrar: SMPRegistrar
+    let flows: FlowService
+    let secrets: Secrets
+    let clientTokens: ClientTokens
+    let audit: AuditLog
+    let metrics: Metrics
+    let clock: any WallClock
+
+    struct Created {
+        let record: RegistrationRecord
+        let clientToken: String
+        let flow: JSONValue?
+    }
+
+    func register(_ input: CreateRegistration, logger: Logger) async throws -> Created {
+        guard let destination = conversations.destinations[input.destination] else {
+            throw Problem.invalid("unknown destination '\(input.destination.prefix(100))'")
+        }
+        for (field, value) in [("deviceType", input.deviceType), ("deviceModel", input.deviceModel), ("userHint", input.userHint)] {
+            if let value, value.utf8.count > 256 || value.unicodeScalars.contains(where: { $0.value < 0x20 }) {
+                throw Problem.invalid("\(field) must be at most 256 printable characters")
+            }
+        }
+        if let returnUrl = input.returnUrl, !destination.allowsReturnURL(returnUrl) {
+            throw Problem.invalid("returnUrl is not allowed for this destination")
+        }
+        var certificate: ClientCertificateMaterial?
+        if let c = input.clientCertificate {
+            guard let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
+                throw Problem.invalid("clientCertificate.pkcs12 must be base64 PKCS#12")
+            }
+            certificate = ClientCertificateMaterial(pkcs12: bytes, password: c.password)
+        }
+
+        let id = UUID()
+        let token = SecretToken.generate(prefix: "pct_")
+        let record = RegistrationRecord(
+            id: id, destination: destination.name, status: .active, deviceType: input.deviceType, deviceModel: input.deviceModel,
+            userHint: input.userHint, returnUrl: input.returnUrl,
+            credentialsSealed: try input.credentials.map { try secrets.seal(credentials: $0, id: id) },
+            clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now)
+        try await registrations.insert(record, clientTokenHash: SecretToken.hash(token))
+        var logger = logger
+        logger[metadataKey: "registration.id"] = .string(record.idString)
+        logger[metadataKey: "destination"] = .string(destination.name)
+
+        guard let smp = destination.smp else {
+            await audit.record("registration.created", actor: .client, registrationID: id, destination: destination.name)
+            metrics.increment(.registrations, [("action", "created")])
+            logger.info("registration created")
+            return Created(record: record, clientToken: token, flow: nil)
+        }
+        do {
+            switch try await registrar.register(record, smp: smp, destination: destination) {
+            case .registered(let appcid):
+                var active = record
+                active.appcidSealed = secrets.seal(appcid: appcid, id: id)
+                try await registrations.activate(id: id, appcidSealed: active.appcidSealed)
+                conversations.evict(id)  // the manager must now send the APPCID
+                await audit.record(
+                    "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
+                metrics.increment(.registrations, [("action", "created")])
+                logger.info("registration created", metadata: ["appcid": "present"])
+                return Created(record: active, clientToken: token, flow: nil)
+            case .needsLogin(let interaction):
+                // Kept locally as login_required; the flow's completion registers upstream.
+                try await registrations.setStatus(.loginRequired, id: id)
+                var pending = record
+                pending.status = .loginRequired
+                let (flow, url) = try await flows.create(
+                    for: pending, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey)
+                await audit.record(
+                    "registration.created", actor: .client, registrationID: id, destination: destination.name,
+                    detail: ["smp": "login_required"])
+                metrics.increment(.registrations, [("action", "created")])
+                logger.info("registration waits for a login", metadata: ["flow.id": .string(flow.idString)])
+                return Created(record: pending, clientToken: token, flow: flows.view(flow, url: url))
+            }
+        } catch {
+            // Nothing is kept for a registration the upstream refused or could not take.
+            conversations.evict(id)
+            _ = try? await registrations.delete(id: id)
+            let problem = Problem.from(error)
+            await audit.record(
+                "registration.refused", actor: .system, registrationID: id, destination: destination.name,
+                detail: ["code": problem.code.rawValue])
+            logger.info("registration refused upstream", metadata: ["problem.code": .string(problem.code.rawValue)])
+            throw error
+        }
+    }
+
+    /// Full teardown: the upstream SMP registration (best effort, audited when it fails),
+    /// the tokens at the upstream's revocation endpoint, then the local rows (tokens,
+    /// cookies, flows cascade) and every in-memory trace.
+    func deregister(_ record: RegistrationRecord, actor: AuditActor, logger: Logger) async throws {
+        if let destination = try? conversations.destination(of: record), let smp = destination.smp,
+            let appcid = try? secrets.appcid(of: record),
+            let failure = await registrar.deregister(record, appcid: appcid, smp: smp, destination: destination)
+        {
+            await audit.record(
+                "registration.upstream_delete_failed", actor: .system, registrationID: record.id, destination: record.destination,
+                detail: failure)
+        }
+        await revokeUpstream(registration: record)
+        try await registrations.delete(id: record.id)
+        clientTokens.forgetAll()
+        conversations.forget(record.id)
+        await audit.record("registration.deleted", actor: actor, registrationID: record.id, destination: record.destination)
+        metrics.increment(.registrations, [("action", "deleted")])
+        logger.info("registration deleted", metadata: ["registration.id": .string(record.idString)])
+    }
+
+    /// RFC 7009 revocation of a registration's tokens, refresh token first; best effort, audited.
+    func revokeUpstream(registration record: RegistrationRecord) async {
+        guard let destination = try? conversations.destination(of: record), let endpoint = conversations.tokenEndpoint(for: destination),
+            endpoint.settings.revocationEndpoint != nil, let held = try? await tokens.tokens(registrationID: record.id)
+        else { return }
+        for (key, token) in held {
+            var revoked = 0
+            if let refresh = token.refreshToken, await endpoint.revoke(refresh, hint: "refresh_token") { revoked += 1 }
+            if await endpoint.revoke(token.accessToken, hint: "access_token") { revoked += 1 }
+            await audit.record(
+                "token.revoked", actor: .system, registrationID: record.id, destination: record.destination,
+                detail: ["scopeKey": key.scopeKey, "upstream": String(revoked)])
+        }
+    }
+
+    /// The pending flow a `login_required` registration waits on.
+    func pendingFlow(of record: RegistrationRecord) async throws -> JSONValue? {
+        guard record.status == .loginRequired, let flow = try await flows.flows.latest(registrationID: record.id, purpose: .smpRegistration)
+        else { return nil }
+        return flows.view(flow)
+    }
+
+    /// The contract's registration shape. `appcid` is shown to its own registration only.
+    func view(_ r: RegistrationRecord, clientToken: String? = nil, flow: JSONValue? = nil, showAppcid: Bool = true) throws -> JSONValue {
+        var object: [String: JSONValue] = [
+            "id": .string(r.idString),
+            "destination": .string(r.destination),
+            "status": .string(r.status.rawValue),
+            "appcid": showAppcid ? .optional(try secrets.appcid(of: r)) : .null,
+            "deviceType": .optional(r.deviceType),
+            "deviceModel": .optional(r.deviceModel),
+            "userHint": .optional(r.userHint),
+            "createdAt": .string(RFC3339.format(r.createdAt)),
+            "flow": flow ?? .null,
+        ]
+        if let clientToken { object["clientToken"] = .string(clientToken) }
+        return .object(object)
+    }
+}
+
+/// Token events become audit events (no token values).
+struct AuditTokenEvents: TokenEventSink {
+    let audit: AuditLog
+    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant) async {
+        await audit.record(
+            event.rawValue, actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
+            detail: ["grant": grant.rawValue, "scopeKey": key.scopeKey])
+    }
+}

@@ -1,0 +1,103 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Logging
+import ParleyEncoding
+
+/// SMP registration upstream (seed 003), through the registration's own conversation
+/// manager: `POST …/Connections` gives the APPCID; `DELETE …/Connections('…')` ends it.
+struct SMPRegistrar: Sendable {
+    enum Outcome { case registered(appcid: String), needsLogin(InteractionRequest) }
+
+    let conversations: Conversations
+
+    func register(_ record: RegistrationRecord, smp: SMPSettings, destination: Destination) async throws -> Outcome {
+        var body: [String: JSONValue] = [:]
+        if let t = record.deviceType { body["DeviceType"] = .string(t) }
+        if let m = record.deviceModel { body["DeviceModel"] = .string(m) }
+        let request = UpstreamRequest(
+            method: "POST", url: connectionsURL(destination, smp: smp),
+            headers: ["Content-Type": "application/json;charset=utf-8", "Accept": "application/json"],
+            body: .bytes(JSONValue.object(body).encoded()))
+        let response: UpstreamResponse
+        switch try await conversations.manager(for: record).execute(request) {
+        case .interactionRequired(let interaction): return .needsLogin(interaction)
+        case .response(let r): response = r
+        }
+        response.body.discard()
+        switch response.status {
+        case 200, 201:
+            if let appcid = Self.appcid(from: response.headers) { return .registered(appcid: appcid) }
+            throw Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
+        case 401, 403:
+            throw Problem(.forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")
+        default:
+            throw Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered \(response.status)")
+        }
+    }
+
+    /// Deletes the upstream registration; returns what went wrong, for the audit log, or nil.
+    func deregister(_ record: RegistrationRecord, appcid: String, smp: SMPSettings, destination: Destination) async -> [String: String]? {
+        let escaped = appcid.replacingOccurrences(of: "'", with: "''")
+        let url = connectionsURL(destination, smp: smp) + "('" + PercentEncoding.encodePathSegment(Array(escaped.utf8)) + "')"
+        do {
+            if case .response(let response) = try await conversations.manager(for: record).execute(UpstreamRequest(method: "DELETE", url: url)) {
+                response.body.discard()
+                if !(200..<300).contains(response.status) { return ["status": String(response.status)] }
+            }
+            return nil
+        } catch {
+            return ["code": Problem.from(error).code.rawValue]
+        }
+    }
+
+    func connectionsURL(_ destination: Destination, smp: SMPSettings) -> String {
+        destination.baseURL + "/odata/applications/latest/" + PercentEncoding.encodePathSegment(Array(smp.appId.utf8)) + "/Connections"
+    }
+
+    /// The APPCID from the `X-SMP-APPCID` cookie, or the header of that name.
+    static func appcid(from headers: HeaderFields) -> String? {
+        for header in headers.values("Set-Cookie") {
+            guard let pair = header.split(separator: ";", maxSplits: 1).first else { continue }
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            if parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == "X-SMP-APPCID" {
+                let value = parts[1].trimmingCharacters(in: .whitespaces)
+                if !value.isEmpty { return value }
+            }
+        }
+        return headers["X-SMP-APPCID"]
+    }
+}
+
+/// After the login flow of a `login_required` registration: register upstream now,
+/// on whichever instance the flow completed.
+struct SMPActivation: FlowCompletion {
+    let registrations: any RegistrationRepository
+    let registrar: SMPRegistrar
+    let conversations: Conversations
+    let clientTokens: ClientTokens
+    let secrets: Secrets
+    let audit: AuditLog
+
+    func flowCompleted(_ flow: FlowRecord, logger: Logger) async {
+        do {
+            guard let record = try await registrations.find(id: flow.registrationID),
+                let destination = try? conversations.destination(of: record), let smp = destination.smp
+            else { return }
+            conversations.evict(record.id)
+            guard case .registered(let appcid) = try await registrar.register(record, smp: smp, destination: destination) else {
+                await audit.record("registration.smp_pending", actor: .system, registrationID: record.id, destination: record.destination)
+                return
+            }
+            try await registrations.activate(id: record.id, appcidSealed: secrets.seal(appcid: appcid, id: record.id))
+            conversations.evict(record.id)
+            clientTokens.forgetAll()
+            await audit.record("registration.activated", actor: .system, registrationID: record.id, destination: record.destination)
+        } catch {
+            await audit.record(
+                "registration.smp_failed", actor: .system, registrationID: flow.registrationID,
+                detail: ["code": Problem.from(error).code.rawValue])
+            logger.warning("upstream registration after login failed", metadata: ["error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import AuthFlows
+import Foundation
+import ParleyCrypto
+
+/// Associated data that binds each sealed value to its row: a value moved to
+/// another row (or column) does not open.
+enum SealBinding {
+    static func appcid(_ id: UUID) -> String { "registrations.appcid:\(id.uuidString.lowercased())" }
+    static func credentials(_ id: UUID) -> String { "registrations.credentials:\(id.uuidString.lowercased())" }
+    static func clientCertificate(_ id: UUID) -> String { "registrations.client_certificate:\(id.uuidString.lowercased())" }
+    static func cookie(_ registrationID: String, _ domain: String, _ path: String, _ name: String) -> String {
+        "cookies:\(registrationID)|\(domain)|\(path)|\(name)"
+    }
+    static func flowSecret(_ id: String) -> String { "flows.secret:\(id)" }
+    static func pkceVerifier(_ id: String) -> String { "flows.pkce:\(id)" }
+}
+
+/// Seals and opens the secrets a registration and its flows keep in their rows.
+struct Secrets: Sendable {
+    let keyRing: KeyRing
+
+    func seal(credentials: UserCredentials, id: UUID) throws -> [UInt8] {
+        keyRing.seal(Array(try JSONEncoder().encode(credentials)), associatedData: SealBinding.credentials(id))
+    }
+
+    func seal(certificate: ClientCertificateMaterial, id: UUID) throws -> [UInt8] {
+        keyRing.seal(Array(try JSONEncoder().encode(certificate)), associatedData: SealBinding.clientCertificate(id))
+    }
+
+    func seal(appcid: String, id: UUID) -> [UInt8] {
+        keyRing.seal(appcid, associatedData: SealBinding.appcid(id))
+    }
+
+    func appcid(of r: RegistrationRecord) throws -> String? {
+        try r.appcidSealed.map { try keyRing.openString($0, associatedData: SealBinding.appcid(r.id)) }
+    }
+
+    /// The registration's secrets, opened for its conversation manager.
+    func material(of r: RegistrationRecord) throws -> RegistrationMaterial {
+        let decoder = JSONDecoder()
+        let credentials = try r.credentialsSealed.map {
+            try decoder.decode(UserCredentials.self, from: Data(try keyRing.open($0, associatedData: SealBinding.credentials(r.id))))
+        }
+        let certificate = try r.clientCertificateSealed.map {
+            try decoder.decode(
+                ClientCertificateMaterial.self, from: Data(try keyRing.open($0, associatedData: SealBinding.clientCertificate(r.id))))
+        }
+        return RegistrationMaterial(
+            registrationID: r.idString, appcid: try appcid(of: r), credentials: credentials, clientCertificate: certificate)
+    }
+
+    func seal(flowSecret: String, flowID: String) -> [UInt8] { keyRing.seal(flowSecret, associatedData: SealBinding.flowSecret(flowID)) }
+
+    func flowSecret(of flow: FlowRecord) -> String? {
+        flow.secretSealed.flatMap { try? keyRing.openString($0, associatedData: SealBinding.flowSecret(flow.idString)) }
+    }
+
+    func seal(pkceVerifier: String, flowID: String) -> [UInt8] {
+        keyRing.seal(pkceVerifier, associatedData: SealBinding.pkceVerifier(flowID))
+    }
+
+    func pkceVerifier(of flow: FlowRecord) throws -> String? {
+        try flow.pkceVerifierSealed.map { try keyRing.openString($0, associatedData: SealBinding.pkceVerifier(flow.idString)) }
+    }
+}

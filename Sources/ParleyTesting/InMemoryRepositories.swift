@@ -1,0 +1,205 @@
+public import AuthFlows
+public import Conversation
+public import Foundation
+public import ParleyServer
+import Synchronization
+
+// In-memory twins of the server's repositories, for the router test tier: the same
+// protocols as the PostgreSQL implementations, state in a Mutex, no I/O.
+
+public final class InMemoryRegistrations: RegistrationRepository {
+    private let rows = Mutex<[UUID: (record: RegistrationRecord, tokenHash: [UInt8])]>([:])
+
+    public init() {}
+
+    public var all: [RegistrationRecord] { rows.withLock { $0.values.map(\.record) } }
+
+    public func insert(_ registration: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
+        rows.withLock { $0[registration.id] = (registration, clientTokenHash) }
+    }
+
+    public func find(clientTokenHash: [UInt8]) async throws -> RegistrationRecord? {
+        rows.withLock { rows in rows.values.first { $0.tokenHash == clientTokenHash }?.record }
+    }
+
+    public func find(id: UUID) async throws -> RegistrationRecord? { rows.withLock { $0[id]?.record } }
+
+    public func activate(id: UUID, appcidSealed: [UInt8]?) async throws {
+        rows.withLock {
+            $0[id]?.record.status = .active
+            $0[id]?.record.appcidSealed = appcidSealed
+        }
+    }
+
+    public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
+
+    @discardableResult
+    public func delete(id: UUID) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
+}
+
+public final class InMemoryFlows: FlowRepository {
+    private let rows = Mutex<[UUID: (flow: FlowRecord, stateHash: [UInt8]?)]>([:])
+
+    public init() {}
+
+    public var all: [FlowRecord] { rows.withLock { $0.values.map(\.flow) } }
+
+    public func insert(_ flow: FlowRecord) async throws { rows.withLock { $0[flow.id] = (flow, nil) } }
+
+    public func begin(id: UUID, stateHash: [UInt8], pkceVerifierSealed: [UInt8]) async throws -> Bool {
+        rows.withLock { rows in
+            guard var row = rows[id], row.flow.status == .pending else { return false }
+            row.stateHash = stateHash
+            row.flow.pkceVerifierSealed = pkceVerifierSealed
+            rows[id] = row
+            return true
+        }
+    }
+
+    public func claim(stateHash: [UInt8]) async throws -> FlowRecord? {
+        rows.withLock { rows in
+            guard let (id, row) = rows.first(where: { $0.value.stateHash == stateHash && $0.value.flow.status == .pending }) else { return nil }
+            rows[id]?.stateHash = nil
+            return row.flow
+        }
+    }
+
+    public func latest(registrationID: UUID, purpose: FlowPurpose) async throws -> FlowRecord? {
+        rows.withLock { rows in
+            rows.values.map(\.flow).filter { $0.registrationID == registrationID && $0.purpose == purpose }.max { $0.createdAt < $1.createdAt }
+        }
+    }
+
+    public func find(id: UUID) async throws -> FlowRecord? { rows.withLock { $0[id]?.flow } }
+
+    public func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool {
+        rows.withLock { rows in
+            guard var row = rows[id], row.flow.status == .pending else { return false }
+            row.flow.status = status
+            row.flow.error = error
+            row.flow.pkceVerifierSealed = nil
+            row.stateHash = nil
+            rows[id] = row
+            return true
+        }
+    }
+}
+
+public final class InMemoryCookies: CookieRepository {
+    private let jars = Mutex<[String: [StoredCookie]]>([:])
+
+    public init() {}
+
+    public func forget(registrationID: String) {}
+
+    public func cookies(registrationID: String) async throws -> [StoredCookie] { jars.withLock { $0[registrationID] ?? [] } }
+
+    public func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
+        jars.withLock { jars in
+            var jar = jars[registrationID] ?? []
+            let gone = delete.map { "\($0.name)|\($0.domain)|\($0.path)" } + add.map { "\($0.name)|\($0.domain)|\($0.path)" }
+            jar.removeAll { gone.contains("\($0.name)|\($0.domain)|\($0.path)") }
+            jars[registrationID] = jar + add
+        }
+    }
+}
+
+public final class InMemoryTokens: TokenRepository {
+    private let rows = Mutex<[TokenKey: StoredToken]>([:])
+    private let lock = AsyncLock()
+
+    public init() {}
+
+    public func load(_ key: TokenKey) async throws -> StoredToken? { rows.withLock { $0[key] } }
+
+    public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
+        try await lock.run { try await body(Access(rows: self)) }
+    }
+
+    public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
+        let id = registrationID.uuidString.lowercased()
+        return rows.withLock { rows in rows.filter { $0.key.registrationID == id }.map { ($0.key, $0.value) } }
+    }
+
+    private struct Access: TokenAccess {
+        let rows: InMemoryTokens
+        func load(_ key: TokenKey) async throws -> StoredToken? { rows.rows.withLock { $0[key] } }
+        func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws { rows.rows.withLock { $0[key] = token } }
+        func delete(_ key: TokenKey) async throws { _ = rows.rows.withLock { $0.removeValue(forKey: key) } }
+    }
+}
+
+public final class InMemoryAudit: AuditRepository {
+    private let log = Mutex<[AuditEvent]>([])
+
+    public init() {}
+
+    public var events: [AuditEvent] { log.withLock { $0 } }
+
+    public func append(_ event: AuditEvent) async throws { log.withLock { $0.append(event) } }
+}
+
+/// Flow signals within one process.
+public final class InMemoryFlowSignals: FlowSignals {
+    private let waiters = Mutex<[UUID: [CheckedContinuation<Void, Never>]]>([:])
+
+    public init() {}
+
+    public func announce(flowID: UUID) async throws {
+        for waiter in waiters.withLock({ $0.removeValue(forKey: flowID) ?? [] }) { waiter.resume() }
+    }
+
+    public func wait(for flowID: UUID, timeout: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await withCheckedContinuation { c in self.waiters.withLock { $0[flowID, default: []].append(c) } } }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+            try? await self.announce(flowID: flowID)  // release a waiter the timeout beat
+        }
+    }
+}
+
+/// A readiness answer a test sets.
+public final class StaticReadiness: ReadinessProbe {
+    private let ready: Mutex<Bool>
+    public init(_ ready: Bool = true) { self.ready = Mutex(ready) }
+    public func set(_ value: Bool) { ready.withLock { $0 = value } }
+    public func isReady() async -> Bool { ready.withLock { $0 } }
+}
+
+/// Mutual exclusion across suspension points, first come first served.
+final class AsyncLock: Sendable {
+    private let state = Mutex<(locked: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await withCheckedContinuation { c in
+            let acquired = state.withLock { s -> Bool in
+                if s.locked { s.waiting.append(c); return false }
+                s.locked = true
+                return true
+            }
+            if acquired { c.resume() }
+        }
+        defer {
+            let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                if s.waiting.isEmpty { s.locked = false; return nil }
+                return s.waiting.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await body()
+    }
+}
+
+extension ParleyDependencies {
+    /// Every repository in memory, a fake transport, and the given clock: no sockets, no database.
+    public static func inMemory(
+        transport: any Transport = FakeTransport { _ in .text(404) }, clock: any WallClock = TestClock(),
+        readiness: StaticReadiness = StaticReadiness()
+    ) -> ParleyDependencies {
+        ParleyDependencies(
+            registrations: InMemoryRegistrations(), flows: InMemoryFlows(), cookies: InMemoryCookies(), tokens: InMemoryTokens(),
+            audit: InMemoryAudit(), flowSignals: InMemoryFlowSignals(), readiness: readiness, transport: transport, clock: clock)
+    }
+}
