@@ -6,7 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6 toolchain needed)" >&2; exit 1; }
 
-export PARLEY_MIGRATIONS_DIR="$PWD/migrations"
 # Quieter build output; the build's own exit status decides (never test a stale binary).
 set +o pipefail
 swift build --build-tests 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\]|unhandled; explicitly declare'

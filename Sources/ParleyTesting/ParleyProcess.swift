@@ -16,11 +16,13 @@ public final class ParleyProcess: Sendable {
 
     /// Starts `parley <arguments>` and waits (bounded) for its ready line.
     public static func start(
-        arguments: [String] = ["serve"], environment: [String: String], port: Int? = nil, waitForReady: Bool = true
+        arguments: [String] = ["serve"], environment: [String: String], port: Int? = nil, waitForReady: Bool = true,
+        binary: String? = nil, workingDirectory: String? = nil
     ) async throws -> ParleyProcess {
         let port = try port ?? FreePort.find()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: binaryPath())
+        process.executableURL = URL(fileURLWithPath: binary ?? binaryPath())
+        if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
         process.arguments = arguments
         var env = environment
         env["PARLEY_LISTEN"] = "127.0.0.1:\(port)"

@@ -196,31 +196,4 @@ public struct Migrator: Sendable {
         else { return nil }
         return Int(digits)
     }
-
-    /// Where the migrations are: `PARLEY_MIGRATIONS_DIR` when set; else the first existing
-    /// directory of `<executable's dir>/migrations`, `<executable's dir>/../share/parley/migrations`
-    /// and `./migrations`. Symbolic links to the executable are resolved.
-    public static func locateDirectory(
-        environment: [String: String] = ProcessInfo.processInfo.environment,
-        executablePath: String? = CommandLine.arguments.first
-    ) -> String? {
-        if let configured = environment["PARLEY_MIGRATIONS_DIR"], !configured.isEmpty {
-            return configured
-        }
-        var candidates: [String] = []
-        if let executablePath, !executablePath.isEmpty {
-            var url = URL(fileURLWithPath: executablePath)
-            url = url.resolvingSymlinksInPath()
-            let binDirectory = url.deletingLastPathComponent()
-            candidates.append(binDirectory.appendingPathComponent("migrations").path)
-            candidates.append(
-                binDirectory.deletingLastPathComponent().appendingPathComponent("share/parley/migrations").standardizedFileURL.path
-            )
-        }
-        candidates.append((FileManager.default.currentDirectoryPath as NSString).appendingPathComponent("migrations"))
-        return candidates.first { path in
-            var isDirectory: ObjCBool = false
-            return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
-        }
-    }
 }

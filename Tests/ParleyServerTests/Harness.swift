@@ -101,7 +101,7 @@ func withLiveParley<T: Sendable>(
     let logger = options.logs?.logger() ?? quietLogger
     return try await withRunningSimulator(configuration: options.simulator, logger: quietLogger) { simulatorPort, simulatorState in
         let migrationStore = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 1), logger: quietLogger)
-        _ = try await Migrator(store: migrationStore, directory: migrationsDirectory, logger: quietLogger).migrate()
+        _ = try await Migrator(store: migrationStore, source: .embedded(EmbeddedMigrations.files), logger: quietLogger).migrate()
         await migrationStore.shutdown()
         let spool = NSTemporaryDirectory() + "parley-spool-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
@@ -116,7 +116,7 @@ func withLiveParley<T: Sendable>(
             var configuration = ParleyConfiguration(
                 databaseURL: databaseURL, listenPort: port, publicURL: "http://127.0.0.1:\(port)", keyRing: testKeyRing(),
                 adminTokens: ["admin-token-0123456789"], destinations: destinations,
-                memoryBodyBytes: 64 * 1024, spoolDirectory: spool, migrationsDirectory: migrationsDirectory)
+                memoryBodyBytes: 64 * 1024, spoolDirectory: spool)
             adjust(&configuration)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
             let (ports, continuation) = AsyncStream<Int>.makeStream()

@@ -22,7 +22,7 @@ import UpstreamSimulator
     static func environment(database: String, destinations: String) -> [String: String] {
         [
             "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": keys, "PARLEY_DESTINATIONS": destinations,
-            "PARLEY_MIGRATIONS_DIR": migrationsDirectory, "PARLEY_LOG_LEVEL": "info",
+            "PARLEY_LOG_LEVEL": "info",
         ]
     }
 
@@ -97,6 +97,44 @@ import UpstreamSimulator
             #expect(try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz").status == 200)
             await parley.stop()
         }
+    }
+
+    /// The binary carries its migrations: copied alone into an empty directory (as a
+    /// container image or `cp … /usr/local/bin` would), it migrates an empty database and serves.
+    @Test func theBinaryRunsFromAnEmptyDirectory() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        let empty = NSTemporaryDirectory() + "parley-alone-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: empty) }
+        try FileManager.default.copyItem(atPath: ParleyProcess.binaryPath(), toPath: empty + "/parley")
+        let destinations = try Self.destinationsFile(simulatorPort: 1)
+        try FileManager.default.moveItem(atPath: destinations, toPath: empty + "/destinations.yaml")
+
+        let env = Self.environment(database: database, destinations: "destinations.yaml")
+        let parley = try await ParleyProcess.start(environment: env, binary: empty + "/parley", workingDirectory: empty)
+        defer { Task { await parley.stop() } }
+        let ready = try await RawHTTP.request(port: parley.port, method: "GET", target: "/readyz")
+        #expect(ready.status == 200)
+        #expect(parley.log.contains("applying migration"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty).sorted() == ["destinations.yaml", "parley"])
+        await parley.stop()
+    }
+
+    @Test func everyCommandExplainsItself() async throws {
+        for arguments in [["--help"], ["serve", "--help"], ["migrate", "--help"], ["version", "--help"]] {
+            let help = try await ParleyProcess.start(arguments: arguments, environment: [:], waitForReady: false)
+            #expect(try await help.waitForExit() == 0, "parley \(arguments.joined(separator: " "))")
+            #expect(help.log.contains("USAGE: parley"), "parley \(arguments.joined(separator: " "))")
+        }
+        let top = try await ParleyProcess.start(arguments: ["--help"], environment: [:], waitForReady: false)
+        _ = try await top.waitForExit()
+        for command in ["serve", "migrate", "version"] { #expect(top.log.contains(command)) }
+        let version = try await ParleyProcess.start(arguments: ["version"], environment: [:], waitForReady: false)
+        #expect(try await version.waitForExit() == 0)
+        #expect(version.log.contains("parley 0."))
+        let unknown = try await ParleyProcess.start(arguments: ["frobnicate"], environment: [:], waitForReady: false)
+        #expect(try await unknown.waitForExit() == 64)
     }
 
     @Test func configurationProblemsAreAllReportedAtStart() async throws {

@@ -100,22 +100,4 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: hidden) }
         #expect(try Migrator.load(directory: hidden).map(\.name) == ["0001_a.sql"])
     }
-
-    @Test func theDirectoryIsFoundBesideTheExecutable() throws {
-        let root = try directory([:])
-        defer { try? FileManager.default.removeItem(atPath: root) }
-        let fm = FileManager.default
-        try fm.createDirectory(atPath: root + "/bin", withIntermediateDirectories: true)
-        try fm.createDirectory(atPath: root + "/share/parley/migrations", withIntermediateDirectories: true)
-        let executable = root + "/bin/parley"
-
-        #expect(Migrator.locateDirectory(environment: ["PARLEY_MIGRATIONS_DIR": "/configured"], executablePath: executable) == "/configured")
-        let installed = Migrator.locateDirectory(environment: [:], executablePath: executable)
-        #expect(installed.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath().path }
-            == URL(fileURLWithPath: root + "/share/parley/migrations").resolvingSymlinksInPath().path)
-        try fm.createDirectory(atPath: root + "/bin/migrations", withIntermediateDirectories: true)
-        let beside = Migrator.locateDirectory(environment: [:], executablePath: executable)
-        #expect(beside.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath().path }
-            == URL(fileURLWithPath: root + "/bin/migrations").resolvingSymlinksInPath().path)
-    }
 }

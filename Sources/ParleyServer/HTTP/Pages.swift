@@ -25,14 +25,18 @@ enum Page {
 
     /// A message page; `attributes` become `data-…` attributes on `<body>` for tests and scripts.
     static func html(_ status: HTTPResponse.Status, title: String, message: String, attributes: [String: String] = [:]) -> Response {
+        let body = render(title: title, message: message, attributes: attributes)
+        var headers = securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func render(title: String, message: String, attributes: [String: String] = [:]) -> String {
         let context: [String: Any] = [
             "title": title, "message": message,
             "attributes": attributes.sorted { $0.key < $1.key }.map { ["name": $0.key, "value": $0.value] },
         ]
-        let body = templates.render(context, withTemplate: "message") ?? "\(status.code) \(status.reasonPhrase)"
-        var headers = securityHeaders
-        headers[.contentType] = "text/html; charset=utf-8"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+        return templates.render(context, withTemplate: "message") ?? "<!doctype html><title>Parley</title>"
     }
 
     static func redirect(_ location: String, status: HTTPResponse.Status = .found) -> Response {
