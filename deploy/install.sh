@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Builds a release binary and installs it with its migrations beside it
-# (/usr/local/bin/parley finds /usr/local/share/parley/migrations), plus the systemd unit.
+# Builds a release binary and installs it (it carries its migrations), plus the systemd unit.
 # Writes /etc/parley/parley.env only if it does not exist yet, with placeholders to fill in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,8 +7,6 @@ scripts/install-deps.sh
 swift build -c release --product parley
 bin="$(swift build -c release --show-bin-path)"
 install -m 0755 "$bin/parley" /usr/local/bin/parley
-install -d /usr/local/share/parley/migrations
-install -m 0644 migrations/*.sql /usr/local/share/parley/migrations/
 install -m 0644 deploy/parley.service /etc/systemd/system/parley.service
 id parley >/dev/null 2>&1 || useradd --system --home /var/lib/parley --shell /usr/sbin/nologin parley
 install -d -o parley -g parley -m 0700 /var/lib/parley/spool

@@ -187,7 +187,7 @@ start_parley() {
   local log="$1" t0
   t0="$(now_ns)"
   PARLEY_DATABASE_URL="$database_url" PARLEY_ENCRYPTION_KEYS="$keys" PARLEY_DESTINATIONS="$tmp/destinations.yaml" \
-    PARLEY_MIGRATIONS_DIR="$root/migrations" PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" \
+    PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" \
     "$bin/parley" serve >"$log" 2>&1 &
   parley_pid=$!
   pids+=("$parley_pid")

@@ -67,7 +67,6 @@ destinations:
 YAML
   export PARLEY_DESTINATIONS="$root/.local/destinations.yaml"
 fi
-export PARLEY_MIGRATIONS_DIR="${PARLEY_MIGRATIONS_DIR:-$root/migrations}"
 export PARLEY_LISTEN="${PARLEY_LISTEN:-127.0.0.1:8080}"
 echo "parley demo: simulator on http://127.0.0.1:$sim_port, Parley on http://$PARLEY_LISTEN" >&2
 "$bin/parley" serve &
