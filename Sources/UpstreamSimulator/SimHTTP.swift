@@ -101,22 +101,19 @@ enum SimHTTP {
         return nil
     }
 
-    /// `application/x-www-form-urlencoded` pairs in order (`+` is a space).
+    /// `application/x-www-form-urlencoded` pairs in order (`+` is a space); none when broken.
     static func formPairs(_ text: some StringProtocol) -> [(name: String, value: String)] {
-        text.split(separator: "&", omittingEmptySubsequences: true).map { pair in
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            return (formDecode(parts[0]), parts.count > 1 ? formDecode(parts[1]) : "")
-        }
+        (PercentEncoding.decodeForm(text) ?? []).map { (name: $0.0, value: $0.1) }
     }
 
-    static func formDecode(_ text: some StringProtocol) -> String {
-        let spaced = text.replacingOccurrences(of: "+", with: " ")
-        return spaced.removingPercentEncoding ?? spaced
+    /// One form component (client_secret_basic encodes id and secret this way); as given when broken.
+    static func formDecode(_ text: String) -> String {
+        PercentEncoding.decode(text, plusAsSpace: true).flatMap { String(validating: $0, as: UTF8.self) } ?? text
     }
 
     /// Percent-encodes everything but RFC 3986 unreserved characters.
     static func formEncode(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
+        PercentEncoding.encodeFormComponent(text)
     }
 
     static func htmlEscape(_ text: String) -> String {
@@ -135,5 +132,4 @@ enum SimHTTP {
         return out
     }
 
-    private static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 }
