@@ -61,7 +61,12 @@ public struct DestinationConfigurator: Sendable {
             clock: clock)
     }
 
-    public func makeManager(for destination: Destination, registration: RegistrationMaterial) -> ConversationManager {
+    /// Who the manager talks for. A browser on Parley's hosted upstream answers SAML2
+    /// and OTP itself and posts its own forms: its manager keeps the session (cookies,
+    /// APPCID, certificates) and the Basic credentials, nothing that asks for a person.
+    public enum Audience: Sendable { case api, browser }
+
+    public func makeManager(for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api) -> ConversationManager {
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
         let session = SessionConfiguration(
@@ -76,6 +81,12 @@ public struct DestinationConfigurator: Sendable {
         if destination.basic != nil, let credentials = registration.credentials {
             challengeFilters.append(BasicChallengeFilter(credentials: credentials))
         }
+        guard audience == .api else {
+            return ConversationManager(
+                transport: transport, session: session, requestFilters: [], challengeFilters: challengeFilters, responseFilters: [],
+                observers: observers, logger: logger)
+        }
+        if destination.basic?.form == true { challengeFilters.append(BasicFormChallengeFilter()) }
         // CSRF before OAuth2: the CSRF fetch runs on a copy without the filters already
         // run, so it still passes the OAuth2 filter and carries a bearer token.
         if destination.csrfEnabled {
@@ -89,6 +100,8 @@ public struct DestinationConfigurator: Sendable {
             requestFilters.append(OAuth2RequestFilter(participant))
             responseFilters.append(OAuth2ResponseFilter(participant))
         }
+        if let saml2 = destination.saml2 { responseFilters.append(SAML2ChallengeFilter(settings: saml2)) }
+        if let otp = destination.otp { responseFilters.append(OTPChallengeFilter(settings: otp)) }
         var logger = logger
         logger[metadataKey: "destination"] = .string(destination.name)
         return ConversationManager(

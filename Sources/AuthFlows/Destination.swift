@@ -88,12 +88,15 @@ public struct OTPSettings: Sendable, Equatable {
     public let responseHeaderValue: String
     public let additionalParams: [String: String]
     public let finishParams: [String: String]
+    /// The OTP form's passcode field, for a passcode that arrives at `/callback/otp`.
+    public let passcodeField: String
 
     init(spec: DestinationSpec.OTP) {
         responseHeaderName = spec.responseHeaderName ?? "x-smp-authentication"
         responseHeaderValue = spec.responseHeaderValue ?? "otp-challenge"
         additionalParams = spec.additionalParams ?? ["redirecttooriginalurl": "false"]
         finishParams = spec.finishParams ?? ["finished": "true"]
+        passcodeField = spec.passcodeField ?? "passcode"
     }
 }
 
@@ -162,6 +165,8 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var responseHeaderValue: String?
         public var additionalParams: [String: String]?
         public var finishParams: [String: String]?
+        /// Parley's addition: the OTP form's passcode field (default `passcode`).
+        public var passcodeField: String?
         public init(
             responseHeaderName: String? = nil, responseHeaderValue: String? = nil, additionalParams: [String: String]? = nil,
             finishParams: [String: String]? = nil

@@ -59,3 +59,31 @@ public struct URLParts: Sendable, Equatable {
     /// The path, or `/` when empty.
     public var pathOrRoot: String { path.isEmpty ? "/" : path }
 }
+
+extension URLParts {
+    /// Resolves a `Location`-style reference against an absolute base (RFC 3986 §5.2,
+    /// without dot-segment removal): absolute URLs, `//authority…`, `/path…`, `?query`
+    /// and relative paths. Nil when the result is not an absolute http(s) URL or the
+    /// reference carries control characters.
+    public static func resolve(_ reference: String, against base: String) -> String? {
+        guard !reference.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value == 0x7F }), let b = URLParts(base) else {
+            return nil
+        }
+        let resolved: String
+        if reference.range(of: "://") != nil, let colon = reference.firstIndex(of: ":"),
+            !reference[..<colon].contains("/"), !reference[..<colon].contains("?")
+        {
+            resolved = reference
+        } else if reference.hasPrefix("//") {
+            resolved = b.scheme + ":" + reference
+        } else if reference.hasPrefix("/") {
+            resolved = b.origin + reference
+        } else if reference.hasPrefix("?") {
+            resolved = b.origin + b.pathOrRoot + reference
+        } else {
+            let directory = b.pathOrRoot[..<(b.pathOrRoot.lastIndex(of: "/").map { b.pathOrRoot.index(after: $0) } ?? b.pathOrRoot.endIndex)]
+            resolved = b.origin + directory + reference
+        }
+        return URLParts(resolved) == nil ? nil : resolved
+    }
+}

@@ -33,6 +33,8 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
+    public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
+
     @discardableResult
     public func delete(id: UUID) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
 }
@@ -81,6 +83,21 @@ public final class InMemoryFlows: FlowRepository {
             row.stateHash = nil
             rows[id] = row
             return true
+        }
+    }
+
+    public func recordFailedAttempt(id: UUID) async throws -> Int {
+        rows.withLock { rows in
+            rows[id]?.flow.failedAttempts += 1
+            return rows[id]?.flow.failedAttempts ?? 0
+        }
+    }
+
+    public func requireSecondFactor(id: UUID, otpForm: String) async throws {
+        rows.withLock { rows in
+            guard rows[id]?.flow.status == .pending else { return }
+            rows[id]?.flow.secondFactor = true
+            rows[id]?.flow.challengeURL = otpForm
         }
     }
 }

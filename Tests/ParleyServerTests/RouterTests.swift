@@ -82,19 +82,22 @@ import Testing
             "GET /healthz", "GET /readyz", "GET /metrics",
             "POST /v1/registrations", "GET /v1/registrations/me", "DELETE /v1/registrations/me",
             "POST /v1/flows", "GET /v1/flows/{id}",
-            "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2",
+            "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
+            "POST /flows/{id}/credentials",
             "GET /admin/v1/registrations/{id}",
         ]
         for method in ProxyController.methods {
             expected.insert("\(method.rawValue) /v1/proxy")
             expected.insert("\(method.rawValue) /v1/proxy/**")
+            expected.insert("\(method.rawValue) /web/{destination}")
+            expected.insert("\(method.rawValue) /web/{destination}/**")
         }
         #expect(routes == expected)
     }
 
     @Test func unknownPathsAre404AndKnownPathsWithAnotherMethodAre405() async throws {
         try await Self.withRouter { client in
-            for path in ["/", "/nope", "/v1", "/v1/nope", "/v1/registrations/me/x", "/flows", "/admin/v1/nope", "/callback/nope"] {
+            for path in ["/", "/nope", "/v1", "/v1/nope", "/v1/registrations/me/x", "/flows", "/admin/v1/nope", "/callback/nope", "/web"] {
                 for method in [HTTPRequest.Method.get, .post] {
                     let response = try await client.execute(uri: path, method: method)
                     Self.expectProblem(response, .notFound, "not_found")
@@ -106,6 +109,8 @@ import Testing
                 ("/v1/registrations", .get, "POST"), ("/v1/registrations/me", .post, "DELETE, GET"),
                 ("/v1/flows", .get, "POST"), ("/v1/flows/\(id)", .delete, "GET"),
                 ("/flows/\(id)", .post, "GET"), ("/flows/\(id)/done", .post, "GET"), ("/callback/oauth2", .post, "GET"),
+                ("/callback/otp", .delete, "GET, POST"), ("/flows/\(id)/credentials", .get, "POST"),
+                ("/web/sim/x", .trace, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
                 ("/admin/v1/registrations/\(id)", .delete, "GET"),
                 ("/v1/proxy/a/b", .trace, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
                 ("/v1/proxy", .init("PROPFIND")!, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),

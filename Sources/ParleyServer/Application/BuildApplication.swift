@@ -67,7 +67,8 @@ public func buildRouter(
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
     let conversations = Conversations(
         destinations: configuration.destinations, configurator: configurator,
-        managers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
+        managers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock),
+        browserManagers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens)
     let clientTokens = ClientTokens(registrations: d.registrations)
     let registrar = SMPRegistrar(conversations: conversations)
@@ -81,12 +82,21 @@ public func buildRouter(
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
         secrets: secrets, clientTokens: clientTokens, audit: audit, metrics: metrics, clock: d.clock)
+    let binding = HostedBinding(publicURL: configuration.publicURL)
     // The flow kinds: one line each.
     let kinds = FlowKinds([
         OAuth2AuthorizationCodeFlow(
             flows: d.flows, lifecycle: flows, registrations: d.registrations, conversations: conversations, broker: broker,
-            secrets: secrets, clock: d.clock, publicURL: configuration.publicURL)
+            secrets: secrets, clock: d.clock, publicURL: configuration.publicURL),
+        SAML2Flow(hosted: binding),
+        OTPFlow(hosted: binding, flows: flows, registrations: d.registrations, conversations: conversations),
+        BasicFormFlow(
+            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, clientTokens: clientTokens,
+            publicURL: configuration.publicURL),
     ])
+    let hostedUpstream = HostedUpstream(
+        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
+        spoolDirectory: configuration.spoolDirectory)
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
@@ -97,6 +107,7 @@ public func buildRouter(
             conversations: conversations, flows: flows, metrics: metrics, memoryBodyBytes: configuration.memoryBodyBytes,
             spoolDirectory: configuration.spoolDirectory),
         admin: AdminController(registrations: d.registrations, service: registrations, audit: audit),
+        hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes)
 
     let routeTable = RouteTable()

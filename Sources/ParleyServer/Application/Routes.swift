@@ -8,6 +8,7 @@ struct Controllers: Sendable {
     let flowPages: FlowPagesController
     let proxy: ProxyController
     let admin: AdminController
+    let hostedUpstream: HostedUpstream
     /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
     let flowRoutes: [FlowRoute]
 }
@@ -47,6 +48,11 @@ func addRoutes(
     router.get("/flows/{id}/done", use: c.flowPages.done)
     for route in c.flowRoutes {
         for method in route.methods { router.on(RouterPath(route.path), method: method, use: route.handler) }
+    }
+    // The hosted upstream of saml2 and otp flows: a bound browser sees the destination here.
+    for method in ProxyController.methods {
+        router.on("/web/{destination}", method: method, use: c.hostedUpstream.handle)
+        router.on("/web/{destination}/**", method: method, use: c.hostedUpstream.handle)
     }
 
     // Administrators (admin token).

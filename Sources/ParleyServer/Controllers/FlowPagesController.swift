@@ -25,7 +25,7 @@ struct FlowPagesController: Sendable {
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
             else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here")) }
-            return try await handler.start(flow, registration: registration, destination: destination)
+            return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
         }
     }
 

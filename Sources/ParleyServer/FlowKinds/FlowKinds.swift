@@ -1,4 +1,5 @@
 import AuthFlows
+import Conversation
 import Hummingbird
 
 /// A browser route a flow kind serves (its callback, a hosted upstream), mounted
@@ -18,10 +19,21 @@ protocol FlowKindHandler: Sendable {
     func isOffered(by destination: Destination) -> Bool
     /// The scope key a proactive flow of this kind files its result under, if any.
     func scopeKey(for destination: Destination) -> String?
-    /// The start page of a pending flow whose secret checked out.
-    func start(_ flow: FlowRecord, registration: RegistrationRecord, destination: Destination) async throws -> Response
+    /// The start page of a pending flow whose secret (`secret`, from its URL) checked out.
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response
     /// Callbacks and other browser routes this kind needs.
     var routes: [FlowRoute] { get }
+}
+
+/// What the hosted upstream does after an upstream answer.
+enum HostedVerdict: Sendable { case forward, complete }
+
+/// A flow kind whose browser sees the upstream through `/web/{destination}/…`.
+protocol HostedFlowKind: FlowKindHandler {
+    /// Looks at each upstream answer on the web path: is the flow's finish condition met?
+    func verdict(
+        requestURL: String, response: inout UpstreamResponse, flow: FlowRecord, destination: Destination
+    ) async throws -> HostedVerdict
 }
 
 /// The registered flow kinds.

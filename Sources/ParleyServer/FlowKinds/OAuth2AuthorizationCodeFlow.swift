@@ -27,7 +27,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
 
     func scopeKey(for destination: Destination) -> String? { destination.oauth2?.defaultScopeKey }
 
-    func start(_ flow: FlowRecord, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
         guard let settings = destination.oauth2, settings.grant == .authorizationCode, let endpoint = settings.authorizationEndpoint else {
             return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
         }

@@ -39,6 +39,16 @@ enum Page {
         return templates.render(context, withTemplate: "message") ?? "<!doctype html><title>Parley</title>"
     }
 
+    /// The basic flow's credentials form. The password is never put back into the page.
+    static func credentialsForm(destination: String, action: String, secret: String, error: String?) -> Response {
+        var context: [String: Any] = ["destination": destination, "action": action, "secret": secret]
+        if let error { context["error"] = error }
+        let body = templates.render(context, withTemplate: "credentials") ?? "<!doctype html><title>Parley</title>"
+        var headers = securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
     static func redirect(_ location: String, status: HTTPResponse.Status = .found) -> Response {
         var headers = securityHeaders
         headers[.location] = location
@@ -57,13 +67,31 @@ enum Page {
 
 /// The page templates, compiled into the binary so it runs from any directory.
 enum PageTemplates {
-    static let all: [(String, String)] = [("message", message)]
+    static let all: [(String, String)] = [("message", message), ("credentials", credentials)]
 
     static let message = """
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
         <title>{{title}}</title></head>
         <body{{#attributes}} {{name}}="{{value}}"{{/attributes}}><main><h1>{{title}}</h1><p>{{message}}</p></main></body></html>
+        """
+
+    static let credentials = """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>Sign in to {{destination}}</title></head>
+        <body data-parley-flow-kind="basic"><main>
+        <h1>Sign in to {{destination}}</h1>
+        {{#error}}<p role="alert" id="error">{{error}}</p>{{/error}}
+        <form method="post" action="{{action}}">
+        <input type="hidden" name="k" value="{{secret}}">
+        <p><label for="username">User name</label><br>
+        <input id="username" name="username" autocomplete="username" autocapitalize="none" spellcheck="false" required></p>
+        <p><label for="password">Password</label><br>
+        <input id="password" name="password" type="password" autocomplete="current-password" required></p>
+        <p><button type="submit">Sign in</button></p>
+        </form>
+        </main></body></html>
         """
 }
 

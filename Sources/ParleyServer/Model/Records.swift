@@ -69,6 +69,13 @@ public struct FlowRecord: Sendable, Equatable {
     public var status: FlowStatus
     public var error: String?
     public var returnUrl: String?
+    /// The upstream URL that met the challenge (basic: retried with the form's
+    /// credentials; otp: the OTP form with its additional parameters).
+    public var challengeURL: String?
+    /// Wrong credentials entered in a basic form so far.
+    public var failedAttempts: Int
+    /// A saml2 flow that met an OTP challenge finishes at the OTP finish condition.
+    public var secondFactor: Bool
     public var expiresAt: Date
     public var createdAt: Date
 
@@ -77,7 +84,8 @@ public struct FlowRecord: Sendable, Equatable {
     public init(
         id: UUID, registrationID: UUID, kind: FlowKind, purpose: FlowPurpose, secretHash: [UInt8], secretSealed: [UInt8]?,
         pkceVerifierSealed: [UInt8]? = nil, scopeKey: String?, status: FlowStatus = .pending, error: String? = nil,
-        returnUrl: String?, expiresAt: Date, createdAt: Date
+        returnUrl: String?, challengeURL: String? = nil, failedAttempts: Int = 0, secondFactor: Bool = false, expiresAt: Date,
+        createdAt: Date
     ) {
         self.id = id
         self.registrationID = registrationID
@@ -90,6 +98,9 @@ public struct FlowRecord: Sendable, Equatable {
         self.status = status
         self.error = error
         self.returnUrl = returnUrl
+        self.challengeURL = challengeURL
+        self.failedAttempts = failedAttempts
+        self.secondFactor = secondFactor
         self.expiresAt = expiresAt
         self.createdAt = createdAt
     }

@@ -8,8 +8,9 @@ extension FlowRecord {
             purpose: try row.enumValue("purpose", FlowPurpose.self), secretHash: try row.bytes("secret_hash"),
             secretSealed: try row.optionalBytes("secret_sealed"), pkceVerifierSealed: try row.optionalBytes("pkce_verifier_sealed"),
             scopeKey: try row.optionalString("scope_key"), status: try row.enumValue("status", FlowStatus.self),
-            error: try row.optionalString("error"), returnUrl: try row.optionalString("return_url"), expiresAt: try row.date("expires_at"),
-            createdAt: try row.date("created_at"))
+            error: try row.optionalString("error"), returnUrl: try row.optionalString("return_url"),
+            challengeURL: try row.optionalString("challenge_url"), failedAttempts: try row.int("failed_attempts"),
+            secondFactor: try row.bool("second_factor"), expiresAt: try row.date("expires_at"), createdAt: try row.date("created_at"))
     }
 }
 
@@ -20,15 +21,18 @@ public struct PostgresFlows: FlowRepository {
     public init(store: PostgresStore) { self.store = store }
 
     static let columns: SQL =
-        "id, registration_id, kind, purpose, secret_hash, secret_sealed, pkce_verifier_sealed, scope_key, status, error, return_url, expires_at, created_at"
+        """
+        id, registration_id, kind, purpose, secret_hash, secret_sealed, pkce_verifier_sealed, scope_key, status, error, return_url,
+        challenge_url, failed_attempts, second_factor, expires_at, created_at
+        """
 
     public func insert(_ f: FlowRecord) async throws {
         try await store.execute(
             """
             INSERT INTO flows (id, registration_id, kind, purpose, secret_hash, secret_sealed, scope_key, status,
-                return_url, expires_at, created_at)
+                return_url, challenge_url, expires_at, created_at)
             VALUES (\(f.id), \(f.registrationID), \(f.kind.rawValue), \(f.purpose.rawValue), \(f.secretHash), \(f.secretSealed),
-                \(f.scopeKey), \(f.status.rawValue), \(f.returnUrl), \(f.expiresAt), \(f.createdAt))
+                \(f.scopeKey), \(f.status.rawValue), \(f.returnUrl), \(f.challengeURL), \(f.expiresAt), \(f.createdAt))
             """)
     }
 
@@ -47,7 +51,8 @@ public struct PostgresFlows: FlowRepository {
             UPDATE flows f SET state_hash = NULL FROM (SELECT id, pkce_verifier_sealed FROM flows WHERE state_hash = \(stateHash)
                 AND status = \(FlowStatus.pending.rawValue) FOR UPDATE) old
             WHERE f.id = old.id RETURNING f.id, f.registration_id, f.kind, f.purpose, f.secret_hash, f.secret_sealed,
-                old.pkce_verifier_sealed, f.scope_key, f.status, f.error, f.return_url, f.expires_at, f.created_at
+                old.pkce_verifier_sealed, f.scope_key, f.status, f.error, f.return_url, f.challenge_url, f.failed_attempts,
+                f.second_factor, f.expires_at, f.created_at
             """
         ).first.map(FlowRecord.init(row:))
     }
@@ -69,5 +74,18 @@ public struct PostgresFlows: FlowRepository {
             UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, pkce_verifier_sealed = NULL
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
             """) > 0
+    }
+
+    public func recordFailedAttempt(id: UUID) async throws -> Int {
+        let rows = try await store.query(
+            "UPDATE flows SET failed_attempts = failed_attempts + 1 WHERE id = \(id) RETURNING failed_attempts")
+        return try rows.first?.int("failed_attempts") ?? 0
+    }
+
+    public func requireSecondFactor(id: UUID, otpForm: String) async throws {
+        try await store.execute(
+            """
+            UPDATE flows SET second_factor = true, challenge_url = \(otpForm) WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
+            """)
     }
 }

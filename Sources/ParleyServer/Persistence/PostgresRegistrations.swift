@@ -67,6 +67,10 @@ public struct PostgresRegistrations: RegistrationRepository {
         try await store.execute("UPDATE registrations SET status = \(status.rawValue), updated_at = now() WHERE id = \(id)")
     }
 
+    public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
+        try await store.execute("UPDATE registrations SET credentials_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
+    }
+
     @discardableResult
     public func delete(id: UUID) async throws -> Bool {
         try await store.execute("DELETE FROM registrations WHERE id = \(id)") > 0

@@ -13,6 +13,8 @@ public protocol RegistrationRepository: Sendable {
     /// `active`, with the APPCID (sealed) the upstream gave, if any.
     func activate(id: UUID, appcidSealed: [UInt8]?) async throws
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
+    /// Credentials a person entered in a hosted form (sealed).
+    func setCredentials(id: UUID, sealed: [UInt8]) async throws
     /// Deletes the registration; its tokens, cookies and flows go with it.
     @discardableResult func delete(id: UUID) async throws -> Bool
 }
@@ -28,6 +30,10 @@ public protocol FlowRepository: Sendable {
     func find(id: UUID) async throws -> FlowRecord?
     /// Moves a pending flow to a final status; false when it was no longer pending.
     func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool
+    /// One more wrong credential entered in a basic form; returns the new count.
+    func recordFailedAttempt(id: UUID) async throws -> Int
+    /// A saml2 flow met an OTP challenge: it now finishes at the OTP finish; `otpForm` is where the passcode goes.
+    func requireSecondFactor(id: UUID, otpForm: String) async throws
 }
 
 /// A registration's cookie jar, plus a way to drop what this instance remembers of it.

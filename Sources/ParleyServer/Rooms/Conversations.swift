@@ -8,6 +8,8 @@ struct Conversations: Sendable {
     let destinations: [String: Destination]
     let configurator: DestinationConfigurator
     let managers: ManagerCache<UUID>
+    /// Managers for a browser on the hosted upstream (`/web/{destination}/…`).
+    let browserManagers: ManagerCache<UUID>
     let secrets: Secrets
     let cookies: any CookieRepository
     let csrfTokens: CSRFTokenCache
@@ -28,14 +30,26 @@ struct Conversations: Sendable {
         }
     }
 
-    /// The manager must be rebuilt (a new APPCID, say).
-    func evict(_ registrationID: UUID) { managers.evict(registrationID) }
+    /// The manager a browser on the hosted upstream uses: the same session (cookie jar,
+    /// APPCID, certificates) and Basic credentials, nothing that asks for a person.
+    func browserManager(for registration: RegistrationRecord) throws -> ConversationManager {
+        let destination = try destination(of: registration)
+        return try browserManagers.manager(for: registration.id) {
+            configurator.makeManager(for: destination, registration: try secrets.material(of: registration), audience: .browser)
+        }
+    }
+
+    /// The managers must be rebuilt (a new APPCID, new credentials).
+    func evict(_ registrationID: UUID) {
+        managers.evict(registrationID)
+        browserManagers.evict(registrationID)
+    }
 
     /// Everything this instance remembers of a registration that is gone.
     func forget(_ registrationID: UUID) {
         let id = registrationID.uuidString.lowercased()
         cookies.forget(registrationID: id)
-        managers.evict(registrationID)
+        evict(registrationID)
         csrfTokens.forget(registrationID: id)
     }
 

@@ -28,7 +28,8 @@ struct FlowService: Sendable {
 
     /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
     func create(
-        for registration: RegistrationRecord, kind: FlowKind, purpose: FlowPurpose = .login, scopeKey: String?
+        for registration: RegistrationRecord, kind: FlowKind, purpose: FlowPurpose = .login, scopeKey: String?,
+        challengeURL: String? = nil
     ) async throws -> (FlowRecord, String) {
         let id = UUID()
         let secret = SecureRandom.token(byteCount: 32)
@@ -36,7 +37,7 @@ struct FlowService: Sendable {
         let flow = FlowRecord(
             id: id, registrationID: registration.id, kind: kind, purpose: purpose, secretHash: SHA256.hash(Array(secret.utf8)),
             secretSealed: secrets.seal(flowSecret: secret, flowID: id.uuidString.lowercased()), scopeKey: scopeKey,
-            returnUrl: registration.returnUrl, expiresAt: now.addingTimeInterval(Self.lifetime), createdAt: now)
+            returnUrl: registration.returnUrl, challengeURL: challengeURL, expiresAt: now.addingTimeInterval(Self.lifetime), createdAt: now)
         try await flows.insert(flow)
         await audit.record(
             "flow.created", actor: .system, registrationID: registration.id, destination: registration.destination,
@@ -82,7 +83,8 @@ struct FlowService: Sendable {
 
     /// The `401 interaction_required` answer: a new flow, in the body and in `Parley-Flow`.
     func interactionRequired(_ interaction: InteractionRequest, registration: RegistrationRecord) async throws -> Problem {
-        let (flow, url) = try await create(for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey)
+        let (flow, url) = try await create(
+            for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
         var problem = Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
         problem.headers[.parleyFlow] = url
         problem.extra["flow"] = view(flow, url: url)

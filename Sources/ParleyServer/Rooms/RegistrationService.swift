@@ -97,7 +97,8 @@ struct RegistrationService: Sendable {
                 var pending = record
                 pending.status = .loginRequired
                 let (flow, url) = try await flows.create(
-                    for: pending, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey)
+                    for: pending, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey,
+                    challengeURL: interaction.url)
                 await audit.record(
                     "registration.created", actor: .client, registrationID: id, destination: destination.name,
                     detail: ["smp": "login_required"])

@@ -1,0 +1,113 @@
+import AuthFlows
+import Conversation
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ParleyCrypto
+import ParleyEncoding
+
+/// `basic: {form: true}`: when the held credentials fail (or none are held), the flow's
+/// page is a credentials form. Credentials that succeed upstream are sealed into the
+/// registration and the flow completes; wrong ones show the form again, and
+/// `maxAttempts` wrong ones end the flow as failed. The form posts back only to
+/// Parley's own origin with the flow's secret, so another site cannot post to it.
+struct BasicFormFlow: FlowKindHandler {
+    static let maxAttempts = 5
+    static let maxFieldLength = 256
+
+    let kind: FlowKind = .basic
+    let flows: FlowService
+    let registrations: any RegistrationRepository
+    let conversations: Conversations
+    let secrets: Secrets
+    let clientTokens: ClientTokens
+    let publicURL: String
+
+    func isOffered(by destination: Destination) -> Bool { destination.basic?.form == true }
+
+    func scopeKey(for destination: Destination) -> String? { nil }
+
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+        guard destination.basic?.form == true else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here")) }
+        return form(flow, secret: secret, destination: destination, error: nil)
+    }
+
+    var routes: [FlowRoute] {
+        [
+            FlowRoute(path: "/flows/{id}/credentials", methods: [.post]) { request, context in
+                await Page.guarding { try await submit(request, context) }
+            }
+        ]
+    }
+
+    private func form(_ flow: FlowRecord, secret: String, destination: Destination, error: String?) -> Response {
+        Page.credentialsForm(
+            destination: destination.name, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
+            error: error)
+    }
+
+    /// `POST /flows/{id}/credentials` from the form.
+    func submit(_ request: Request, _ context: ParleyRequestContext) async throws -> Response {
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site == "cross-site" || site == "same-site" {
+            return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
+        }
+        if let origin = request.headers[HTTPField.Name("Origin")!], origin != URLParts(publicURL)?.origin {
+            return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
+        }
+        let body = try await request.body.collect(upTo: 16 * 1024)
+        let fields = PercentEncoding.decodeForm(String(buffer: body)) ?? []
+        func value(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
+        guard let id = UUID(uuidString: context.parameters.get("id") ?? ""), let secret = value("k"), let flow = try await flows.current(id),
+            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash), flow.kind == .basic
+        else { return Page.problem(.notFound("no such sign-in, or the link is not valid")) }
+        switch flow.status {
+        case .pending: break
+        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
+        case .completed, .failed: return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        }
+        guard let registration = try await registrations.find(id: flow.registrationID),
+            let destination = try? conversations.destination(of: registration)
+        else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be continued here")) }
+        guard let username = value("username"), let password = value("password"), Self.acceptable(username, isUser: true),
+            Self.acceptable(password, isUser: false)
+        else {
+            return form(flow, secret: secret, destination: destination, error: "Enter a user name (without ':') and a password.")
+        }
+
+        let credentials = UserCredentials(username: username, password: password)
+        if try await accepted(credentials, registration: registration, destination: destination, url: flow.challengeURL) {
+            try await registrations.setCredentials(id: registration.id, sealed: try secrets.seal(credentials: credentials, id: registration.id))
+            conversations.evict(registration.id)
+            clientTokens.forgetAll()  // no cached registration without its new credentials
+            try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
+            return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        }
+        let attempts = try await flows.flows.recordFailedAttempt(id: flow.id)
+        context.logger.info("basic form credentials refused upstream", metadata: ["flow.id": .string(flow.idString), "attempts": "\(attempts)"])
+        if attempts >= Self.maxAttempts {
+            try await flows.finish(flow, status: .failed, error: "too_many_attempts", logger: context.logger)
+            return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        }
+        return form(flow, secret: secret, destination: destination, error: "The user name or password was not accepted. Try again.")
+    }
+
+    /// Tries the credentials where the challenge was met (the destination URL otherwise).
+    private func accepted(
+        _ credentials: UserCredentials, registration: RegistrationRecord, destination: Destination, url: String?
+    ) async throws -> Bool {
+        var material = try secrets.material(of: registration)
+        material.credentials = credentials
+        let manager = conversations.configurator.makeManager(for: destination, registration: material, audience: .browser)
+        guard case .response(let response) = try await manager.execute(UpstreamRequest(method: "GET", url: url ?? destination.baseURL + "/"))
+        else { return false }
+        response.body.discard()
+        return response.status != 401
+    }
+
+    static func acceptable(_ text: String, isUser: Bool) -> Bool {
+        !text.isEmpty && text.count <= maxFieldLength && !text.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+            && !(isUser && text.contains(":"))
+    }
+}

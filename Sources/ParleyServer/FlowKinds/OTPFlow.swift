@@ -1,0 +1,94 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import ParleyCrypto
+import ParleyEncoding
+
+/// A second factor met by an API call (seed: a `3xx` with `x-smp-authentication:
+/// otp-challenge`). The start page binds the browser and opens the OTP form, with the
+/// additional parameters, through the hosted upstream; the flow completes at a redirect
+/// carrying the finish parameters. A passcode from an authenticator app can also arrive
+/// at `/callback/otp`: Parley posts it to the OTP form on the flow's behalf.
+struct OTPFlow: HostedFlowKind {
+    static let maxPasscodeLength = 32
+
+    let kind: FlowKind = .otp
+    let hosted: HostedBinding
+    let flows: FlowService
+    let registrations: any RegistrationRepository
+    let conversations: Conversations
+
+    func isOffered(by destination: Destination) -> Bool { false }  // only a challenge starts one
+
+    func scopeKey(for destination: Destination) -> String? { nil }
+
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+        guard destination.otp != nil, let form = flow.challengeURL else {
+            return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
+        }
+        return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: form)
+    }
+
+    var routes: [FlowRoute] {
+        [FlowRoute(path: "/callback/otp", methods: [.get, .post]) { request, context in await Page.guarding { try await callback(request, context) } }]
+    }
+
+    func verdict(requestURL: String, response: inout UpstreamResponse, flow: FlowRecord, destination: Destination) async throws
+        -> HostedVerdict
+    {
+        guard let otp = destination.otp else { return .forward }
+        return Self.isFinish(requestURL: requestURL, response: response, settings: otp)
+    }
+
+    /// The seed's finish: a redirect whose URL carries the finish parameters.
+    static func isFinish(requestURL: String, response: UpstreamResponse, settings: OTPSettings) -> HostedVerdict {
+        let detector = OTPDetector(settings: settings)
+        if (300..<400).contains(response.status), let location = response.headers["Location"],
+            let absolute = URLParts.resolve(location, against: requestURL), detector.isFinish(absolute)
+        {
+            return .complete
+        }
+        return .forward
+    }
+
+    /// `GET|POST /callback/otp?flow=…&k=…&passcode=…`: a passcode for a waiting OTP step.
+    func callback(_ request: Request, _ context: ParleyRequestContext) async throws -> Response {
+        var parameters = PercentEncoding.decodeForm(request.uri.query ?? "") ?? []
+        if request.method == .post {
+            let body = try await request.body.collect(upTo: 16 * 1024)
+            parameters += PercentEncoding.decodeForm(String(buffer: body)) ?? []
+        }
+        func value(_ name: String) -> String? { parameters.first { $0.0 == name }?.1 }
+        guard let id = value("flow").flatMap(UUID.init(uuidString:)), let secret = value("k"), let flow = try await flows.current(id),
+            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
+        else { return Page.problem(.notFound("no such sign-in, or the link is not valid")) }
+        switch flow.status {
+        case .pending: break
+        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
+        case .completed, .failed: return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        }
+        guard flow.kind == .otp || (flow.kind == .saml2 && flow.secondFactor), let form = flow.challengeURL,
+            let registration = try await registrations.find(id: flow.registrationID),
+            let destination = try? conversations.destination(of: registration), let otp = destination.otp
+        else { return Page.problem(Problem(.notFound, .notFound, "no passcode is awaited for this sign-in")) }
+        guard let passcode = value("passcode"), !passcode.isEmpty, passcode.count <= Self.maxPasscodeLength,
+            passcode.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) })
+        else { return Page.problem(.invalid("the passcode is missing or not valid")) }
+
+        let body = PercentEncoding.encodeForm([(otp.passcodeField, passcode)])
+        let result = try await conversations.browserManager(for: registration).execute(
+            UpstreamRequest(
+                method: "POST", url: form, headers: ["Content-Type": "application/x-www-form-urlencoded"], body: .bytes(Array(body.utf8))))
+        guard case .response(let response) = result else { return Page.problem(.invalid("the passcode was not accepted")) }
+        response.body.discard()
+        guard Self.isFinish(requestURL: form, response: response, settings: otp) == .complete else {
+            context.logger.info("otp passcode refused upstream", metadata: ["flow.id": .string(flow.idString)])
+            return Page.problem(.invalid("the passcode was not accepted; try the next one"))
+        }
+        try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
+        return Page.redirect(flows.doneURL(flow), status: .seeOther)
+    }
+}

@@ -1,0 +1,185 @@
+import AuthFlows
+import Conversation
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import ParleyCrypto
+
+/// The hosted upstream: `/web/{destination}/…` shows a browser in a saml2 or otp
+/// flow the destination's upstream origin through Parley, at a path that is the same
+/// for every flow of the destination (an identity provider registers the ACS URL once).
+///
+/// The flow's start page binds the browser to the flow with an `HttpOnly` cookie scoped
+/// to that path. A request without a valid binding to a pending flow gets an HTML page
+/// and is never forwarded. Requests go out with the flow's registration's cookies (and
+/// Basic credentials when asked); what the upstream sets lands in its sealed jar and
+/// never reaches the browser. Upstream-origin `Location`s are mapped into the path.
+struct HostedBinding: Sendable {
+    static let cookieName = "parley_flow"
+
+    let publicURL: String
+
+    var publicParts: URLParts? { URLParts(publicURL) }
+
+    /// Where a destination's upstream is seen: `PUBLIC_URL/web/{destination}`.
+    func base(_ destination: String) -> String { publicURL + "/web/" + destination }
+
+    /// The browser path the binding cookie is scoped to (under the public URL's path prefix).
+    func cookiePath(_ destination: String) -> String { (publicParts?.path ?? "") + "/web/" + destination + "/" }
+
+    func bindingCookie(flow: FlowRecord, secret: String, destination: String) -> String {
+        cookie(value: flow.idString + "." + secret, destination: destination, maxAge: Int(FlowService.lifetime))
+    }
+
+    func clearingCookie(destination: String) -> String { cookie(value: "", destination: destination, maxAge: 0) }
+
+    private func cookie(value: String, destination: String, maxAge: Int) -> String {
+        let site = publicParts?.isSecure == true ? "Secure; SameSite=None" : "SameSite=Lax"
+        return "\(Self.cookieName)=\(value); Path=\(cookiePath(destination)); Max-Age=\(maxAge); HttpOnly; \(site)"
+    }
+
+    /// The start of a hosted flow: bind the browser, then open `upstreamURL` through the web path.
+    func begin(_ flow: FlowRecord, secret: String, destination: Destination, upstreamURL: String) -> Response {
+        var response = Page.redirect(publicLocation(forUpstream: upstreamURL, destination: destination) ?? upstreamURL, status: .seeOther)
+        response.headers.append(HTTPField(name: .setCookie, value: bindingCookie(flow: flow, secret: secret, destination: destination.name)))
+        return response
+    }
+
+    /// An upstream URL under the destination's URL, as the browser sees it; nil for any other URL.
+    func publicLocation(forUpstream url: String, destination: Destination) -> String? {
+        guard let target = URLParts(url), let origin = URLParts(destination.baseURL), target.origin == origin.origin,
+            target.path.hasPrefix(origin.path)
+        else { return nil }
+        let rest = target.path.dropFirst(origin.path.count)
+        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
+        return base(destination.name) + rest + (target.query.map { "?" + $0 } ?? "")
+    }
+}
+
+/// The web path itself: forwards a bound browser's requests and watches for the
+/// flow kind's finish condition.
+struct HostedUpstream: Sendable {
+    /// Browser requests on the web path are forms and pages, not uploads.
+    static let maxBodyBytes: Int64 = 1 << 20
+
+    let binding: HostedBinding
+    let flows: FlowService
+    let kinds: FlowKinds
+    let registrations: any RegistrationRepository
+    let conversations: Conversations
+    let spoolDirectory: String
+
+    // MARK: the web path
+
+    /// `ANY /web/{destination}/…`
+    @Sendable func handle(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        await Page.guarding { try await forward(request, context: context) }
+    }
+
+    private func forward(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        let name = context.parameters.get("destination") ?? ""
+        guard let destination = conversations.destinations[name] else { return Page.problem(.notFound("no such destination")) }
+        guard let (flow, registration) = try await boundFlow(request, destination: destination) else {
+            return Page.problem(Problem(.forbidden, .forbidden, "no sign-in is in progress in this browser; start again in the app"))
+        }
+        switch flow.status {
+        case .pending: break
+        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
+        case .completed, .failed: return finished(flow, destination: destination)
+        }
+        guard let (rawPath, rawQuery) = Self.split(request.uri.string, prefix: "/web/" + name) else {
+            return Page.problem(.invalid("the path is not valid"))
+        }
+        let url = try ProxyRules.upstreamURL(destination: destination, rawPath: rawPath, rawQuery: rawQuery)
+        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > Self.maxBodyBytes {
+            return Page.problem(Problem(.contentTooLarge, .payloadTooLarge, "the request body is too large"))
+        }
+        var headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
+        if let parts = binding.publicParts {
+            headers.set("X-Forwarded-Proto", parts.scheme)
+            headers.set("X-Forwarded-Host", parts.port.map { "\(parts.host):\($0)" } ?? parts.host)
+            headers.set("X-Forwarded-Prefix", parts.path + "/web/" + name)
+        }
+        let spooled = try await SpooledBody.read(
+            request.body, limit: Self.maxBodyBytes, memoryLimit: Int(Self.maxBodyBytes), directory: spoolDirectory)
+        defer { spooled.remove() }
+        let result = try await conversations.browserManager(for: registration).execute(
+            UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
+        guard case .response(var response) = result else {
+            return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
+        }
+
+        var current = flow
+        // A second factor met in the browser: the same flow follows it and finishes at the OTP finish.
+        if let otp = destination.otp, let location = OTPDetector(settings: otp).challengeLocation(response, requestURL: url) {
+            let form = OTPDetector(settings: otp).formURL(location)
+            if current.kind == .saml2 && !current.secondFactor {
+                try await flows.flows.requireSecondFactor(id: current.id, otpForm: form)
+                current.secondFactor = true
+                current.challengeURL = form
+                context.logger.info("flow continues with a second factor", metadata: ["flow.id": .string(current.idString)])
+            }
+            response.headers.set("Location", form)
+        }
+        if let kind = kinds[current.kind] as? any HostedFlowKind,
+            try await kind.verdict(requestURL: url, response: &response, flow: current, destination: destination) == .complete
+        {
+            response.body.discard()
+            try await flows.finish(current, status: .completed, error: nil, logger: context.logger)
+            return finished(current, destination: destination)
+        }
+        return browserResponse(response, requestURL: url, destination: destination, isHead: request.method == .head)
+    }
+
+    /// The flow this browser is bound to on this destination's path, with its registration.
+    private func boundFlow(_ request: Request, destination: Destination) async throws -> (FlowRecord, RegistrationRecord)? {
+        for value in Self.cookieValues(request.headers[values: .cookie], named: HostedBinding.cookieName) {
+            let parts = value.split(separator: ".", maxSplits: 1)
+            guard parts.count == 2, let id = UUID(uuidString: String(parts[0])), let flow = try await flows.current(id),
+                constantTimeEquals(SHA256.hash(Array(parts[1].utf8)), flow.secretHash), kinds[flow.kind] is any HostedFlowKind,
+                let registration = try await registrations.find(id: flow.registrationID), registration.destination == destination.name
+            else { continue }
+            return (flow, registration)
+        }
+        return nil
+    }
+
+    /// The end of the flow in this browser: the done page, and the binding removed.
+    private func finished(_ flow: FlowRecord, destination: Destination) -> Response {
+        var response = Page.redirect(flows.doneURL(flow), status: .seeOther)
+        response.headers.append(HTTPField(name: .setCookie, value: binding.clearingCookie(destination: destination.name)))
+        return response
+    }
+
+    /// The upstream's answer for the browser: its headers minus `Set-Cookie` (kept in the jar)
+    /// and hop-by-hop ones, an upstream-origin `Location` mapped into the web path.
+    private func browserResponse(_ upstream: UpstreamResponse, requestURL: String, destination: Destination, isHead: Bool) -> Response {
+        var upstream = upstream
+        if let location = upstream.headers["Location"], let absolute = URLParts.resolve(location, against: requestURL),
+            let mapped = binding.publicLocation(forUpstream: absolute, destination: destination)
+        {
+            upstream.headers.set("Location", mapped)
+        }
+        return ProxyController.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
+    }
+
+    /// The raw path after `prefix` and the raw query; nil when the target does not start with it.
+    static func split(_ target: String, prefix: String) -> (path: String, query: String?)? {
+        let pathPart = target.firstIndex(of: "?").map { target[..<$0] } ?? Substring(target)
+        let query = target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) }
+        guard pathPart.hasPrefix(prefix) else { return nil }
+        let rest = pathPart.dropFirst(prefix.count)
+        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
+        return (String(rest.dropFirst(rest.isEmpty ? 0 : 1)), query)
+    }
+
+    /// Values of the cookies called `name` in `Cookie` headers.
+    static func cookieValues(_ headers: [String], named name: String) -> [String] {
+        headers.flatMap { $0.split(separator: ";") }.compactMap { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == name else { return nil }
+            return parts[1].trimmingCharacters(in: .whitespaces)
+        }
+    }
+}

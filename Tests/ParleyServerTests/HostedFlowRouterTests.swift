@@ -1,0 +1,351 @@
+import AuthFlows
+import Conversation
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+@testable import ParleyServer
+import ParleyTesting
+import Synchronization
+import Testing
+
+/// saml2, otp and basic-form flows through the real router, against a scripted
+/// upstream (a fake transport that keeps its own sessions by cookie).
+@Suite struct HostedFlowRouterTests {
+    /// A small SAML-protected SP with OTP and a Basic-protected API, in memory.
+    final class FakeUpstream: Sendable {
+        let seen = Mutex<[UpstreamRequest]>([])
+        /// Upstream headers of the last request on the SP, to check the forwarded headers.
+        var lastSPHeaders: HeaderFields { seen.withLock { $0.last { $0.url.contains("sp.example") }?.headers ?? [:] } }
+        var count: Int { seen.withLock { $0.count } }
+        let otpAfterSAML: Bool
+
+        init(otpAfterSAML: Bool = false) { self.otpAfterSAML = otpAfterSAML }
+
+        func answer(_ request: UpstreamRequest) -> UpstreamResponse {
+            seen.withLock { $0.append(request) }
+            let cookie = request.headers["Cookie"] ?? ""
+            guard let url = URLParts(request.url) else { return .text(400) }
+            if url.host == "form.example" {
+                return request.headers["Authorization"] == "Basic YWxpY2U6d29uZGVybGFuZA=="
+                    ? .text(200, "{\"ok\":true}") : .text(401, headers: ["WWW-Authenticate": "Basic realm=\"form\""])
+            }
+            let saml = cookie.contains("SP=ok")
+            let otp = cookie.contains("OTP=ok")
+            switch url.path {
+            case "/sp/acs":
+                if otpAfterSAML {
+                    return .text(302, headers: ["Location": "/sp/otp", "x-smp-authentication": "otp-challenge", "Set-Cookie": "SP=ok; Path=/sp"])
+                }
+                return .text(302, headers: ["Location": "https://sp.example/sp/SAMLAuthLauncher", "Set-Cookie": "SP=ok; Path=/sp"])
+            case "/sp/otp" where request.method == "POST":
+                guard case .bytes(let body) = request.body, String(decoding: body, as: UTF8.self) == "passcode=123456" else {
+                    return .text(200, "<form>wrong passcode</form>", headers: ["Content-Type": "text/html"])
+                }
+                return .text(302, headers: ["Location": "/sp/otp/finished?finished=true", "Set-Cookie": "OTP=ok; Path=/sp"])
+            case "/sp/otp":
+                return .text(200, "<form method=post><input name=passcode></form>", headers: ["Content-Type": "text/html"])
+            default:
+                guard saml else {
+                    return .text(
+                        200, "<html><form method=\"post\" action=\"https://idp.example/sso\"><input type=\"hidden\" name=\"SAMLRequest\" value=\"x\"></form>",
+                        headers: ["Content-Type": "text/html; charset=utf-8"])
+                }
+                if otpAfterSAML && !otp {
+                    return .text(302, headers: ["Location": "https://sp.example/sp/otp", "x-smp-authentication": "otp-challenge"])
+                }
+                if url.path == "/sp/SAMLAuthLauncher" && !(url.query ?? "").contains("finishEndpointParam") {
+                    return .text(302, headers: ["Location": "https://sp.example/sp/SAMLAuthLauncher?finishEndpointParam=done"])
+                }
+                return .text(200, "{\"user\":\"alice\"}", headers: ["Content-Type": "application/json", "Set-Cookie": "SEEN=1; Path=/sp"])
+            }
+        }
+    }
+
+    static func configuration() throws -> ParleyConfiguration {
+        var sp = DestinationSpec(name: "sp", url: "https://sp.example/sp")
+        sp.saml2 = .init()
+        sp.otp = .init()
+        let form = DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true))
+        return ParleyConfiguration(
+            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), destinations: [try sp.validated(), try form.validated()])
+    }
+
+    static func withRouter(
+        _ upstream: FakeUpstream, registrations: InMemoryRegistrations = InMemoryRegistrations(), flows: InMemoryFlows = InMemoryFlows(),
+        _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+    ) async throws {
+        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) })
+        dependencies.registrations = registrations
+        dependencies.flows = flows
+        let app = buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
+        try await app.test(.router) { client in try await body(client) }
+    }
+
+    static func register(_ client: any TestClientProtocol, _ destination: String) async throws -> String {
+        try await client.execute(
+            uri: "/v1/registrations", method: .post, body: ByteBuffer(string: "{\"destination\":\"\(destination)\"}")
+        ) { response in
+            #expect(response.status == .created)
+            return RouterTests.json(response.body)["clientToken"] as? String ?? ""
+        }
+    }
+
+    /// The `interaction_required` answer of a proxied call: (flow id, path of the flow URL).
+    static func interaction(_ client: any TestClientProtocol, token: String, path: String, kind: String) async throws -> (String, String) {
+        try await client.execute(uri: path, method: .get, headers: [.authorization: "Bearer \(token)"]) { response in
+            RouterTests.expectProblem(response, .unauthorized, "interaction_required")
+            let flow = RouterTests.json(response.body)["flow"] as? [String: Any] ?? [:]
+            #expect(flow["kind"] as? String == kind)
+            let url = flow["url"] as? String ?? ""
+            #expect(response.headers[HTTPField.Name("Parley-Flow")!] == url)
+            return (flow["id"] as? String ?? "", String(url.dropFirst("https://parley.example".count)))
+        }
+    }
+
+    static func cookie(_ response: TestResponse) -> String {
+        let setCookie = response.headers[values: .setCookie].first { $0.hasPrefix("parley_flow=") } ?? ""
+        return String(setCookie.split(separator: ";").first ?? "")
+    }
+
+    // MARK: saml2
+
+    @Test func saml2FlowThroughTheHostedUpstream() async throws {
+        let upstream = FakeUpstream()
+        let flows = InMemoryFlows()
+        try await Self.withRouter(upstream, flows: flows) { client in
+            let token = try await Self.register(client, "sp")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+
+            // The start page binds the browser and opens the finish endpoint first.
+            let binding = try await client.execute(uri: start, method: .get) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/web/sp/SAMLAuthLauncher")
+                let setCookie = response.headers[values: .setCookie].first ?? ""
+                for attribute in ["Path=/web/sp/", "HttpOnly", "Secure", "SameSite=None", "Max-Age=600"] {
+                    #expect(setCookie.contains(attribute), "\(attribute)")
+                }
+                return Self.cookie(response)
+            }
+            #expect(binding.hasPrefix("parley_flow=\(id)."))
+
+            // Without a binding, or with a forged one, nothing is forwarded.
+            let before = upstream.count
+            for cookie in [nil, "parley_flow=\(id).forged", "parley_flow=\(UUID().uuidString).x", "other=1"] {
+                var headers: HTTPFields = [:]
+                if let cookie { headers[.cookie] = cookie }
+                try await client.execute(uri: "/web/sp/SAMLAuthLauncher", method: .get, headers: headers) { response in
+                    #expect(response.status == .forbidden)
+                    #expect(response.headers[.contentType] == "text/html; charset=utf-8")
+                    #expect(response.headers[.contentSecurityPolicy]?.contains("frame-ancestors 'none'") == true)
+                }
+            }
+            // A binding on another destination's path is not this destination's.
+            #expect(try await client.execute(uri: "/web/form/x", method: .get, headers: [.cookie: binding]).status == .forbidden)
+            #expect(upstream.count == before, "a request without a valid binding reached the upstream")
+
+            let browser: HTTPFields = [.cookie: binding]
+            // The SP challenges; its page passes through (the IdP is visited directly).
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher", method: .get, headers: browser) { response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body).contains("SAMLRequest"))
+            }
+            let forwarded = upstream.lastSPHeaders
+            #expect(forwarded["X-Forwarded-Proto"] == "https")
+            #expect(forwarded["X-Forwarded-Host"] == "parley.example")
+            #expect(forwarded["X-Forwarded-Prefix"] == "/web/sp")
+            #expect(forwarded["Cookie"] == nil, "the browser's binding cookie went upstream")
+
+            // The IdP posts to the ACS: the session cookie lands in the jar, not the browser;
+            // the upstream-origin Location is mapped into the web path.
+            try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x")) { response in
+                #expect(response.status == .found)
+                #expect(response.headers[.location] == "https://parley.example/web/sp/SAMLAuthLauncher")
+                #expect(response.headers[values: .setCookie].isEmpty)
+            }
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher", method: .get, headers: browser) { response in
+                #expect(response.status == .found)
+                #expect(response.headers[.location] == "https://parley.example/web/sp/SAMLAuthLauncher?finishEndpointParam=done")
+            }
+            // The finish endpoint with the parameter and no challenge: the flow completes.
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher?finishEndpointParam=done", method: .get, headers: browser) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+                #expect(response.headers[values: .setCookie].contains { $0.hasPrefix("parley_flow=;") && $0.contains("Max-Age=0") })
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .completed)
+            // The binding of a finished flow leads to the completion page.
+            try await client.execute(uri: "/web/sp/api/data", method: .get, headers: browser) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+            }
+            // The thin client's retried call succeeds on the captured session; no cookie reaches it.
+            try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: [.authorization: "Bearer \(token)"]) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[values: .setCookie].isEmpty)
+            }
+        }
+    }
+
+    @Test func secondFactorInsideTheBrowserFlowFinishesAtTheOTPFinish() async throws {
+        let upstream = FakeUpstream(otpAfterSAML: true)
+        let flows = InMemoryFlows()
+        try await Self.withRouter(upstream, flows: flows) { client in
+            let token = try await Self.register(client, "sp")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let browser: HTTPFields = [.cookie: try await client.execute(uri: start, method: .get) { Self.cookie($0) }]
+            try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x")) { response in
+                #expect(response.status == .found)
+                #expect(response.headers[.location] == "https://parley.example/web/sp/otp?redirecttooriginalurl=false")
+            }
+            #expect(flows.all.first { $0.idString == id }?.secondFactor == true)
+            // The SAML finish no longer ends the flow while the second factor is open.
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher?finishEndpointParam=done", method: .get, headers: browser) { response in
+                #expect(response.status == .found)
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .pending)
+            try await client.execute(
+                uri: "/web/sp/otp?redirecttooriginalurl=false", method: .post, headers: browser, body: ByteBuffer(string: "passcode=000000")
+            ) { response in #expect(response.status == .ok) }
+            #expect(flows.all.first { $0.idString == id }?.status == .pending)
+            try await client.execute(
+                uri: "/web/sp/otp?redirecttooriginalurl=false", method: .post, headers: browser, body: ByteBuffer(string: "passcode=123456")
+            ) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .completed)
+            #expect(try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: [.authorization: "Bearer \(token)"]).status == .ok)
+        }
+    }
+
+    // MARK: otp
+
+    @Test func otpMetByAnAPICallIsAnOTPFlowThatTheCallbackCompletes() async throws {
+        let upstream = FakeUpstream(otpAfterSAML: true)
+        let flows = InMemoryFlows()
+        try await Self.withRouter(upstream, flows: flows) { client in
+            let token = try await Self.register(client, "sp")
+            // First the SAML sign-in, to reach the second factor.
+            let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let samlBrowser: HTTPFields = [.cookie: try await client.execute(uri: samlStart, method: .get) { Self.cookie($0) }]
+            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: samlBrowser, body: ByteBuffer(string: "SAMLResponse=x"))
+            // Now the API call meets the OTP challenge on its own: an otp flow.
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
+            let (k, binding) = try await client.execute(uri: start, method: .get) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/web/sp/otp?redirecttooriginalurl=false")
+                return (String(start.split(separator: "k=").last ?? ""), Self.cookie(response))
+            }
+            #expect(!binding.isEmpty)
+            try await client.execute(uri: "/callback/otp?flow=\(id)&k=\(k)&passcode=000000", method: .get) { response in
+                #expect(response.status == .badRequest)
+                #expect(String(buffer: response.body).contains("data-parley-error=\"invalid_request\""))
+            }
+            try await client.execute(uri: "/callback/otp?flow=\(id)&k=wrong&passcode=123456", method: .get) { response in
+                #expect(response.status == .notFound)
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .pending)
+            try await client.execute(
+                uri: "/callback/otp", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: ByteBuffer(string: "flow=\(id)&k=\(k)&passcode=123456")
+            ) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .completed)
+            #expect(try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: [.authorization: "Bearer \(token)"]).status == .ok)
+        }
+    }
+
+    // MARK: basic form
+
+    @Test func basicFormWrongThenRightCredentials() async throws {
+        let upstream = FakeUpstream()
+        let registrations = InMemoryRegistrations()
+        let flows = InMemoryFlows()
+        try await Self.withRouter(upstream, registrations: registrations, flows: flows) { client in
+            let token = try await Self.register(client, "form")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api", kind: "basic")
+            let k = String(start.split(separator: "k=").last ?? "")
+            try await client.execute(uri: start, method: .get) { response in
+                #expect(response.status == .ok)
+                let page = String(buffer: response.body)
+                #expect(page.contains("<label for=\"username\">") && page.contains("type=\"password\""))
+                #expect(page.contains("action=\"/flows/\(id)/credentials\""))
+                #expect(response.headers[.contentSecurityPolicy]?.contains("form-action 'self'") == true)
+            }
+            let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            // Another site cannot post the form.
+            var crossSite = form
+            crossSite[.origin] = "https://evil.example"
+            #expect(
+                try await client.execute(
+                    uri: "/flows/\(id)/credentials", method: .post, headers: crossSite,
+                    body: ByteBuffer(string: "k=\(k)&username=alice&password=wonderland")
+                ).status == .forbidden)
+            try await client.execute(
+                uri: "/flows/\(id)/credentials", method: .post, headers: form, body: ByteBuffer(string: "k=\(k)&username=alice&password=wrong-secret")
+            ) { response in
+                #expect(response.status == .ok)
+                let page = String(buffer: response.body)
+                #expect(page.contains("role=\"alert\""))
+                #expect(!page.contains("wrong-secret"), "a password was put back into the page")
+            }
+            #expect(registrations.all.first?.credentialsSealed == nil)
+            try await client.execute(
+                uri: "/flows/\(id)/credentials", method: .post, headers: form, body: ByteBuffer(string: "k=\(k)&username=alice&password=wonderland")
+            ) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .completed)
+            let sealed = try #require(registrations.all.first?.credentialsSealed)
+            #expect(!String(decoding: sealed, as: UTF8.self).contains("wonderland"))
+            #expect(try await client.execute(uri: "/v1/proxy/api", method: .get, headers: [.authorization: "Bearer \(token)"]).status == .ok)
+        }
+    }
+
+    @Test func basicFormLocksAfterRepeatedFailures() async throws {
+        let flows = InMemoryFlows()
+        try await Self.withRouter(FakeUpstream(), flows: flows) { client in
+            let token = try await Self.register(client, "form")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api", kind: "basic")
+            let k = String(start.split(separator: "k=").last ?? "")
+            for attempt in 1...BasicFormFlow.maxAttempts {
+                try await client.execute(
+                    uri: "/flows/\(id)/credentials", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                    body: ByteBuffer(string: "k=\(k)&username=alice&password=nope\(attempt)")
+                ) { response in
+                    #expect(response.status == (attempt < BasicFormFlow.maxAttempts ? .ok : .seeOther))
+                }
+            }
+            #expect(flows.all.first { $0.idString == id }?.status == .failed)
+            try await client.execute(uri: "/flows/\(id)/done", method: .get) { response in
+                #expect(response.status == .forbidden)
+                #expect(String(buffer: response.body).contains("data-parley-flow-status=\"failed\""))
+            }
+            // A failed flow takes no more credentials.
+            try await client.execute(
+                uri: "/flows/\(id)/credentials", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: ByteBuffer(string: "k=\(k)&username=alice&password=wonderland")
+            ) { response in #expect(response.status == .seeOther) }
+            #expect(flows.all.first { $0.idString == id }?.status == .failed)
+        }
+    }
+
+    @Test func proactiveFlowsOfferSAML2FirstThenBasicForm() async throws {
+        try await Self.withRouter(FakeUpstream()) { client in
+            for (destination, kind) in [("sp", "saml2"), ("form", "basic")] {
+                let token = try await Self.register(client, destination)
+                try await client.execute(
+                    uri: "/v1/flows", method: .post, headers: [.authorization: "Bearer \(token)"], body: ByteBuffer(string: "{}")
+                ) { response in
+                    #expect(response.status == .created)
+                    #expect(RouterTests.json(response.body)["kind"] as? String == kind)
+                }
+            }
+        }
+    }
+}
