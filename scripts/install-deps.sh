@@ -6,6 +6,9 @@ set -euo pipefail
 want=(libcurl4-openssl-dev libpq-dev libssl-dev pkg-config openssl ca-certificates postgresql)
 if [ "${1:-}" = "--test" ]; then
   want+=(chromium chromium-driver nginx-light wrk)
+  # The real SAML2 identity provider and service provider of the hosted-flow tests
+  # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP.
+  want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 xmlsec1 curl)
 fi
 
 missing=()

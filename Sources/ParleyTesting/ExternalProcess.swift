@@ -95,3 +95,75 @@ public enum FreePort {
         return rc == 0
     }
 }
+
+/// Runs commands that leave daemons behind (PostgreSQL's `pg_ctl start`, test fixtures).
+public enum Spawn {
+    /// Runs `argv` with stdin from /dev/null and stdout and stderr into `output` (or nowhere).
+    /// `posix_spawn` and `waitpid`; returns the exit status (or 128 + signal).
+    ///
+    /// Not Foundation's `Process`: on Linux it notices a child's exit when a socket it hands the
+    /// child closes, and a daemon it starts (`pg_ctl start`'s postmaster, a test fixture's servers) keeps it
+    /// open for its whole life — the command then never "ends". Here the child gets only
+    /// stdin (/dev/null), stdout and stderr; every other descriptor is closed.
+    public static func runAndWait(_ argv: [String], output: String?, directory: String? = nil) throws -> Int32 {
+        guard let executable = argv.first else { throw TestHarnessError("nothing to run") }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        if let closeFrom = SpawnExtensions.addCloseFrom {
+            _ = closeFrom(&actions, 3)
+        } else {
+            // Older C libraries: close what is open now (descriptors opened meanwhile by other
+            // threads may leak, which only matters for ones without FD_CLOEXEC).
+            let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            for fd in open.compactMap(Int32.init) where fd > 2 {
+                posix_spawn_file_actions_addclose(&actions, fd)
+            }
+        }
+        if let directory, let chdir = SpawnExtensions.addChdir {
+            _ = chdir(&actions, directory)
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var cArguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, &cArguments, environ)
+        guard spawned == 0 else {
+            throw TestHarnessError("cannot run \(argv.first ?? "?"): \(String(cString: strerror(spawned)))")
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { throw TestHarnessError("waitpid failed for \(argv.first ?? "?")") }
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
+
+}
+
+private enum SpawnExtensions {
+    typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    typealias Chdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
+
+    static let addCloseFrom: CloseFrom? = lookup("posix_spawn_file_actions_addclosefrom_np")
+    static let addChdir: Chdir? = lookup("posix_spawn_file_actions_addchdir_np")
+
+    private static func lookup<F>(_ name: String) -> F? {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }
+        return unsafeBitCast(symbol, to: F.self)
+    }
+}

@@ -1,14 +1,31 @@
+import Foundation
 import Hummingbird
+
+/// A partial change of `SPSettings` (`POST /control/sp`); absent fields stay as they are.
+private struct SPSettingsChange: Decodable {
+    var binding: SAMLBinding?
+    var identifyingHeader: Bool?
+    var otp: SPOTPMode?
+}
+
+private struct OTPCodeAnswer: Encodable {
+    let code: String
+}
 
 /// Test controls, without authentication (the simulator only ever listens on a test machine).
 ///
 /// - `POST /sim/csrf/rotate` — every CSRF token stops working.
-/// - `POST /sim/sessions/expire` — every `SMPSESSION` stops working.
+/// - `POST /sim/sessions/expire` — every `SMPSESSION`, `SP_SESSION` and `BO_SESSION` stops working.
 /// - `POST /sim/oauth/expire-access-tokens` — every access token issued so far is expired.
 /// - `POST /sim/oauth/revoke-refresh-tokens` — every refresh token issued so far is revoked.
 /// - `POST /sim/oauth/fail-token?status=503&count=N&retryAfter=S` — the next N token calls fail.
 /// - `POST /sim/oauth/token-delay?ms=N` — the token endpoint waits N ms before answering.
 /// - `GET /sim/stats` — `SimulatorStats` as JSON.
+/// - `GET /control/sp` — the `/sp` settings `{"binding","identifyingHeader","otp"}`;
+///   `POST /control/sp` with any of them as JSON changes them (`400` for unknown values).
+/// - `GET /control/saml/acs` — the ACS URLs the IdP accepts; `POST /control/saml/acs` with a
+///   JSON array of strings replaces them.
+/// - `GET /control/otp/code?user=alice` — `{"code":"123456"}`, the user's current passcode.
 func addControlRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
     router.post("/sim/csrf/rotate") { _, _ -> Response in
         state.record("POST /sim/csrf/rotate")
@@ -18,7 +35,7 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
 
     router.post("/sim/sessions/expire") { _, _ -> Response in
         state.record("POST /sim/sessions/expire")
-        state.smp.expireSessions()
+        state.expireSessions()
         return Response(status: .noContent)
     }
 
@@ -61,5 +78,49 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
     router.get("/sim/stats") { _, _ -> Response in
         state.record("GET /sim/stats")
         return SimHTTP.json(state.stats)
+    }
+
+    router.get("/control/sp") { _, _ -> Response in
+        state.record("GET /control/sp")
+        return SimHTTP.json(state.saml.settings)
+    }
+
+    router.post("/control/sp") { request, _ -> Response in
+        state.record("POST /control/sp")
+        let body = try await SimHTTP.collect(request.body)
+        guard let change = try? JSONDecoder().decode(SPSettingsChange.self, from: Data(body)) else {
+            return SimHTTP.text(
+                #"expected JSON like {"binding":"postForm|redirect","identifyingHeader":true,"otp":"off|afterSAML"}"#,
+                status: .badRequest)
+        }
+        state.saml.updateSettings { settings in
+            if let binding = change.binding { settings.binding = binding }
+            if let identifyingHeader = change.identifyingHeader { settings.identifyingHeader = identifyingHeader }
+            if let otp = change.otp { settings.otp = otp }
+        }
+        return Response(status: .noContent)
+    }
+
+    router.get("/control/saml/acs") { _, _ -> Response in
+        state.record("GET /control/saml/acs")
+        return SimHTTP.json(state.saml.registeredACSURLs)
+    }
+
+    router.post("/control/saml/acs") { request, _ -> Response in
+        state.record("POST /control/saml/acs")
+        let body = try await SimHTTP.collect(request.body)
+        guard let urls = try? JSONDecoder().decode([String].self, from: Data(body)) else {
+            return SimHTTP.text("expected a JSON array of ACS URLs", status: .badRequest)
+        }
+        state.saml.registeredACSURLs = urls
+        return Response(status: .noContent)
+    }
+
+    router.get("/control/otp/code") { request, _ -> Response in
+        state.record("GET /control/otp/code")
+        guard let user = request.uri.queryParameters["user"].map(String.init), !user.isEmpty else {
+            return SimHTTP.text("user is required", status: .badRequest)
+        }
+        return SimHTTP.json(OTPCodeAnswer(code: state.otp.currentCode(user: user)))
     }
 }

@@ -120,86 +120,149 @@ private func deviceFields(_ bytes: [UInt8]) -> (type: String?, model: String?)? 
     return (fields["DeviceType"] as? String, fields["DeviceModel"] as? String)
 }
 
-/// Part A of the simulator: SMP sessions, registrations, APPCID, CSRF and Basic-only uploads.
-///
-/// - `POST /odata/applications/latest/{appId}/Connections` — Basic or session: `201`,
-///   `Set-Cookie: X-SMP-APPCID=<uuid>`, `{"d":{"ApplicationConnectionId","DeviceType","DeviceModel"}}`.
-/// - `DELETE /odata/applications/latest/{appId}/Connections('{appcid}')` — `200`, or `404` when unknown.
-/// - `GET /api/appcid` — `{"appcid": <X-SMP-APPCID header or null>, "known": bool}`.
-/// - `ANY /csrf/items` — `X-CSRF-Token: Fetch` on GET/HEAD mints the session's token;
-///   POST/PUT/PATCH/DELETE need it (`403` + `X-CSRF-Token: Required` otherwise).
-/// - `POST|PUT /secure/upload` — Basic only; drains the body before a `401`, hashes it otherwise.
-func addSMPRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
-    let smp = state.smp
+/// One SMP endpoint, mountable at the root (Basic, `SMPSESSION` cookie or bearer token) and
+/// below `/sp` (SAML session, `SAMLServiceProvider.swift`): where it lives below the mount and
+/// what it answers an authenticated caller. The mount authenticates; the endpoint never does.
+struct SMPEndpoint: Sendable {
+    typealias Handler = @Sendable (_ request: Request, _ parameters: [String: String], _ login: SMPLogin, _ smp: SMPState)
+        async throws -> Response
 
-    router.post("/odata/applications/latest/{appId}/Connections") { request, context -> Response in
-        state.record("POST /odata/Connections")
-        guard let login = SMPAuth.authenticate(request, configuration, smp, oauth: state.oauth) else {
-            try await SimHTTP.drain(request.body)
-            return SMPAuth.challenge(configuration, smp)
+    /// Counted as `"<label> <mount><route>"`, e.g. `"POST /odata/Connections"` at the root.
+    let label: String
+    let route: String
+    let methods: [HTTPRequest.Method]
+    /// Path below the mount; a `{name}` segment captures one raw (still percent-encoded) segment.
+    let pattern: String
+    /// Whether an OAuth2 bearer token may open the session at the root mount.
+    let acceptsBearer: Bool
+    let handle: Handler
+
+    func recordKey(mount: String) -> String { "\(label) \(mount)\(route)" }
+
+    /// The `{name}` segments of `pattern`, in order.
+    var parameterNames: [String] {
+        pattern.split(separator: "/").compactMap { segment in
+            segment.hasPrefix("{") && segment.hasSuffix("}") ? String(segment.dropFirst().dropLast()) : nil
         }
-        let appId = context.parameters.get("appId").map { $0.removingPercentEncoding ?? $0 } ?? ""
+    }
+
+    /// The captured segments when `method` and `path` (below the mount) match; nil otherwise.
+    func match(method: HTTPRequest.Method, path: Substring) -> [String: String]? {
+        guard methods.contains(method) else { return nil }
+        let want = pattern.split(separator: "/", omittingEmptySubsequences: false)
+        let have = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard want.count == have.count else { return nil }
+        var captured: [String: String] = [:]
+        for (expected, actual) in zip(want, have) {
+            if expected.hasPrefix("{") && expected.hasSuffix("}") {
+                guard !actual.isEmpty else { return nil }
+                captured[String(expected.dropFirst().dropLast())] = String(actual)
+            } else if expected != actual {
+                return nil
+            }
+        }
+        return captured
+    }
+
+    /// The endpoint and its captures for a request below a mount.
+    static func find(method: HTTPRequest.Method, path: Substring) -> (SMPEndpoint, [String: String])? {
+        for endpoint in all {
+            if let parameters = endpoint.match(method: method, path: path) { return (endpoint, parameters) }
+        }
+        return nil
+    }
+
+    /// Every SMP endpoint (Basic-only `/secure/upload` is not among them: it never takes a session).
+    static let all: [SMPEndpoint] = [register, deleteRegistration, appcidLookup, csrfItems]
+
+    /// `POST /odata/applications/latest/{appId}/Connections` — `201`, `Set-Cookie: X-SMP-APPCID=<uuid>`,
+    /// `{"d":{"ApplicationConnectionId","DeviceType","DeviceModel"}}`.
+    static let register = SMPEndpoint(
+        label: "POST", route: "/odata/Connections", methods: [.post],
+        pattern: "/odata/applications/latest/{appId}/Connections", acceptsBearer: true
+    ) { request, parameters, _, smp in
+        let appId = parameters["appId"].map { $0.removingPercentEncoding ?? $0 } ?? ""
         guard let device = deviceFields(try await SimHTTP.collect(request.body)) else {
             return SimHTTP.text("registration body must be a JSON object", status: .badRequest)
         }
         let registration = smp.register(appId: appId, deviceType: device.type, deviceModel: device.model)
         var response = SimHTTP.json(
             RegistrationAnswer(
-                d: .init(
-                    applicationConnectionId: registration.appcid, deviceType: device.type, deviceModel: device.model)),
+                d: .init(applicationConnectionId: registration.appcid, deviceType: device.type, deviceModel: device.model)),
             status: .created
         )
         response.headers[values: .setCookie].append("X-SMP-APPCID=\(registration.appcid); Path=/; HttpOnly")
-        return login.setCookie(on: response)
+        return response
     }
 
-    router.delete("/odata/applications/latest/{appId}/{connection}") { request, context -> Response in
-        state.record("DELETE /odata/Connections")
-        guard let login = SMPAuth.authenticate(request, configuration, smp, oauth: state.oauth) else {
-            return SMPAuth.challenge(configuration, smp)
-        }
-        let appId = context.parameters.get("appId").map { $0.removingPercentEncoding ?? $0 } ?? ""
-        guard let appcid = context.parameters.get("connection").flatMap(appcid(fromSegment:)),
+    /// `DELETE /odata/applications/latest/{appId}/Connections('{appcid}')` — `200`, or `404` when unknown.
+    static let deleteRegistration = SMPEndpoint(
+        label: "DELETE", route: "/odata/Connections", methods: [.delete],
+        pattern: "/odata/applications/latest/{appId}/{connection}", acceptsBearer: true
+    ) { _, parameters, _, smp in
+        let appId = parameters["appId"].map { $0.removingPercentEncoding ?? $0 } ?? ""
+        guard let appcid = parameters["connection"].flatMap(appcid(fromSegment:)),
             smp.deleteRegistration(appcid: appcid, appId: appId)
         else {
-            return login.setCookie(on: SimHTTP.text("no such registration", status: .notFound))
+            return SimHTTP.text("no such registration", status: .notFound)
         }
-        return login.setCookie(on: SimHTTP.text("deleted"))
+        return SimHTTP.text("deleted")
     }
 
-    router.get("/api/appcid") { request, _ -> Response in
-        state.record("GET /api/appcid")
-        guard let login = SMPAuth.authenticate(request, configuration, smp) else {
-            return SMPAuth.challenge(configuration, smp)
-        }
+    /// `GET /api/appcid` — `{"appcid": <X-SMP-APPCID header or null>, "known": bool}`.
+    static let appcidLookup = SMPEndpoint(
+        label: "GET", route: "/api/appcid", methods: [.get], pattern: "/api/appcid", acceptsBearer: false
+    ) { request, _, _, smp in
         let appcid = request.headers[.smpAppcid]
-        return login.setCookie(on: SimHTTP.json(AppcidAnswer(appcid: appcid, known: appcid.map(smp.isKnown(appcid:)) ?? false)))
+        return SimHTTP.json(AppcidAnswer(appcid: appcid, known: appcid.map(smp.isKnown(appcid:)) ?? false))
     }
 
-    let csrfHeader = HeaderField.Name.csrfToken
-    let csrfMethods: [HTTPRequest.Method] = [.get, .head, .post, .put, .patch, .delete]
-    for method in csrfMethods {
-        router.on("/csrf/items", method: method) { request, _ -> Response in
-            state.record("ANY /csrf/items")
-            guard let login = SMPAuth.authenticate(request, configuration, smp) else {
-                try await SimHTTP.drain(request.body)
-                return SMPAuth.challenge(configuration, smp)
+    /// `ANY /csrf/items` — `X-CSRF-Token: Fetch` on GET/HEAD mints the session's token;
+    /// POST/PUT/PATCH/DELETE need it (`403` + `X-CSRF-Token: Required` otherwise).
+    static let csrfItems = SMPEndpoint(
+        label: "ANY", route: "/csrf/items", methods: [.get, .head, .post, .put, .patch, .delete],
+        pattern: "/csrf/items", acceptsBearer: false
+    ) { request, _, login, smp in
+        let csrfHeader = HeaderField.Name.csrfToken
+        let presented = request.headers[csrfHeader]
+        if request.method == .get || request.method == .head {
+            var response = SimHTTP.json(ItemsAnswer(items: []))
+            if presented?.lowercased() == "fetch", let token = smp.fetchCSRFToken(session: login.session) {
+                response.headers[csrfHeader] = token
             }
-            let presented = request.headers[csrfHeader]
-            if method == .get || method == .head {
-                var response = SimHTTP.json(ItemsAnswer(items: []))
-                if presented?.lowercased() == "fetch", let token = smp.fetchCSRFToken(session: login.session) {
-                    response.headers[csrfHeader] = token
+            return response
+        }
+        guard smp.checkCSRFToken(session: login.session, presented: presented) else {
+            try await SimHTTP.drain(request.body)
+            return SimHTTP.text("CSRF token validation failed", status: .forbidden, headers: [csrfHeader: "Required"])
+        }
+        let (count, digest) = try await SimHTTP.digest(request.body)
+        return SimHTTP.json(DigestAnswer(bytes: count, sha256: digest), status: request.method == .post ? .created : .ok)
+    }
+}
+
+/// Part A of the simulator: SMP sessions, registrations, APPCID, CSRF and Basic-only uploads.
+///
+/// - Every `SMPEndpoint` at the root, authenticated by Basic or `SMPSESSION` (and a bearer token
+///   where `acceptsBearer`); `401` + `WWW-Authenticate: Basic realm="…"` otherwise.
+/// - `POST|PUT /secure/upload` — Basic only; drains the body before a `401`, hashes it otherwise.
+func addSMPRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
+    let smp = state.smp
+
+    for endpoint in SMPEndpoint.all {
+        let names = endpoint.parameterNames
+        for method in endpoint.methods {
+            router.on(RouterPath(endpoint.pattern), method: method) { request, context -> Response in
+                state.record(endpoint.recordKey(mount: ""))
+                guard let login = SMPAuth.authenticate(request, configuration, smp, oauth: endpoint.acceptsBearer ? state.oauth : nil)
+                else {
+                    try await SimHTTP.drain(request.body)
+                    return SMPAuth.challenge(configuration, smp)
                 }
-                return login.setCookie(on: response)
+                var parameters: [String: String] = [:]
+                for name in names { parameters[name] = context.parameters.get(name) }
+                return login.setCookie(on: try await endpoint.handle(request, parameters, login, smp))
             }
-            guard smp.checkCSRFToken(session: login.session, presented: presented) else {
-                try await SimHTTP.drain(request.body)
-                return login.setCookie(
-                    on: SimHTTP.text("CSRF token validation failed", status: .forbidden, headers: [csrfHeader: "Required"]))
-            }
-            let (count, digest) = try await SimHTTP.digest(request.body)
-            return login.setCookie(on: SimHTTP.json(DigestAnswer(bytes: count, sha256: digest), status: method == .post ? .created : .ok))
         }
     }
 

@@ -16,7 +16,8 @@ public final class SMPState: Sendable {
 
     init() {}
 
-    /// `SMPSESSION` cookies handed out after a successful Basic login.
+    /// Sessions opened: by Basic or a bearer token at the root (each hands out an `SMPSESSION`
+    /// cookie), and by every SAML login at `/sp` (behind its `SP_SESSION`, for CSRF tokens).
     public var sessionsCreated: Int { data.withLock { $0.sessionsCreated } }
     /// `401` + `WWW-Authenticate: Basic realm=…` answers on session-aware routes.
     public var basicChallenges: Int { data.withLock { $0.basicChallenges } }

@@ -106,6 +106,12 @@ enum SimHTTP {
         (PercentEncoding.decodeForm(text) ?? []).map { (name: $0.0, value: $0.1) }
     }
 
+    /// A form body's fields by name (the last of a repeated name wins; none when broken).
+    static func formFields(_ body: RequestBody) async throws -> [String: String] {
+        let bytes = try await collect(body)
+        return Dictionary(formPairs(String(decoding: bytes, as: UTF8.self)).map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
+    }
+
     /// One form component (client_secret_basic encodes id and secret this way); as given when broken.
     static func formDecode(_ text: String) -> String {
         PercentEncoding.decode(text, plusAsSpace: true).flatMap { String(validating: $0, as: UTF8.self) } ?? text

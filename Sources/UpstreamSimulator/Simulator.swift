@@ -17,7 +17,11 @@ import ParleyCrypto
 /// - `GET /stall` — headers and a few bytes, then nothing until the client goes away.
 /// - `GET /status/{code}` — answers with that status.
 /// - SMP registration, CSRF and Basic-only uploads: `SMPRoutes.swift`; OAuth2: `OAuth2Server.swift`;
-///   test controls and `GET /sim/stats`: `ControlRoutes.swift`.
+///   the SAML2 service provider at `/sp`: `SAMLServiceProvider.swift`; its mock IdP at `/idp`:
+///   `MockIdP.swift`; Basic + OTP at `/basic-otp`: `BasicOTPArea.swift`; the OTP stage they
+///   share: `WebMount.swift`; test controls and `GET /sim/stats`: `ControlRoutes.swift`.
+///
+/// `state.saml` starts with the configuration's `/sp` settings and registered ACS URLs.
 public func buildSimulator(
     configuration: SimulatorConfiguration = .init(),
     state: SimulatorState,
@@ -26,6 +30,7 @@ public func buildSimulator(
     logger: Logger
 ) -> some ApplicationProtocol {
     let router = Router()
+    state.saml.configure(from: configuration)
     addRoutes(to: router, configuration: configuration, state: state)
     return Application(
         router: router,
@@ -249,5 +254,8 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
 
     addSMPRoutes(to: router, configuration: configuration, state: state)
     addOAuth2Routes(to: router, configuration: configuration, state: state)
+    addServiceProviderRoutes(to: router, configuration: configuration, state: state)
+    addIdPRoutes(to: router, configuration: configuration, state: state)
+    addBasicOTPRoutes(to: router, configuration: configuration, state: state)
     addControlRoutes(to: router, configuration: configuration, state: state)
 }

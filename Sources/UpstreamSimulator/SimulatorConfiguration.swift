@@ -1,6 +1,6 @@
 /// How the simulated SMP behaves. Defaults match the demo and the tests.
 public struct SimulatorConfiguration: Sendable, Equatable {
-    /// Credentials `GET /api/data` accepts with HTTP Basic.
+    /// Credentials `GET /api/data` accepts with HTTP Basic (also the IdP's and `/basic-otp`'s one user).
     public var basicUsername: String
     public var basicPassword: String
     /// Realm in `WWW-Authenticate: Basic realm="…"`.
@@ -13,6 +13,17 @@ public struct SimulatorConfiguration: Sendable, Equatable {
     public var oauthClients: [OAuthClient]
     /// How long an access token is valid (`expires_in` rounds it up to whole seconds).
     public var accessTokenLifetime: Duration
+    /// How the `/sp` service provider challenges, whether it names itself, and its second factor
+    /// (the start values; `POST /control/sp` changes them at run time).
+    public var samlBinding: SAMLBinding
+    public var samlIdentifyingHeader: Bool
+    public var spOTP: SPOTPMode
+    /// ACS URLs the mock IdP accepts in an AuthnRequest (the start list; `POST /control/saml/acs` replaces it).
+    public var samlACSURLs: [String]
+    /// Where browsers reach the mock IdP; nil means `http://127.0.0.1:<bound port>`.
+    public var idpBaseURL: String?
+    /// How long the IdP's assertions are valid (`NotOnOrAfter`); `.zero` makes them arrive expired.
+    public var samlAssertionLifetime: Duration
 
     public init(
         basicUsername: String = "alice",
@@ -21,7 +32,13 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         maxBigFileMiB: Int = 8192,
         maxSlowMilliseconds: Int = 600_000,
         oauthClients: [OAuthClient] = OAuthClient.defaults,
-        accessTokenLifetime: Duration = .seconds(3600)
+        accessTokenLifetime: Duration = .seconds(3600),
+        samlBinding: SAMLBinding = .postForm,
+        samlIdentifyingHeader: Bool = true,
+        spOTP: SPOTPMode = .off,
+        samlACSURLs: [String] = [],
+        idpBaseURL: String? = nil,
+        samlAssertionLifetime: Duration = .seconds(300)
     ) {
         self.basicUsername = basicUsername
         self.basicPassword = basicPassword
@@ -30,5 +47,45 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         self.maxSlowMilliseconds = maxSlowMilliseconds
         self.oauthClients = oauthClients
         self.accessTokenLifetime = accessTokenLifetime
+        self.samlBinding = samlBinding
+        self.samlIdentifyingHeader = samlIdentifyingHeader
+        self.spOTP = spOTP
+        self.samlACSURLs = samlACSURLs
+        self.idpBaseURL = idpBaseURL
+        self.samlAssertionLifetime = samlAssertionLifetime
+    }
+
+    /// The `/sp` settings this configuration starts with.
+    public var spSettings: SPSettings {
+        SPSettings(binding: samlBinding, identifyingHeader: samlIdentifyingHeader, otp: spOTP)
+    }
+}
+
+/// How the `/sp` service provider sends the browser to the IdP.
+public enum SAMLBinding: String, Sendable, Codable, CaseIterable {
+    /// `200 text/html` with a form that posts `SAMLRequest` and `RelayState` to the IdP.
+    case postForm
+    /// `302` to the IdP with `SAMLRequest` and `RelayState` in the query.
+    case redirect
+}
+
+/// The second factor of the `/sp` service provider.
+public enum SPOTPMode: String, Sendable, Codable, CaseIterable {
+    case off
+    /// A one-time passcode after the SAML login, before any protected resource.
+    case afterSAML
+}
+
+/// The `/sp` service provider's run-time settings (`GET|POST /control/sp`).
+public struct SPSettings: Codable, Sendable, Equatable {
+    public var binding: SAMLBinding
+    /// Whether the challenge carries `com.sap.cloud.security.login: login-request`.
+    public var identifyingHeader: Bool
+    public var otp: SPOTPMode
+
+    public init(binding: SAMLBinding = .postForm, identifyingHeader: Bool = true, otp: SPOTPMode = .off) {
+        self.binding = binding
+        self.identifyingHeader = identifyingHeader
+        self.otp = otp
     }
 }

@@ -8,6 +8,13 @@ public final class SimulatorState: Sendable {
     public let smp = SMPState()
     /// The OAuth2 authorization server's codes, tokens, test controls and counters (OAuthState.swift).
     public let oauth = OAuthState()
+    /// The `/sp` service provider's settings and the mock IdP (SAMLState.swift).
+    public let saml = SAMLState()
+    /// One-time passcodes of `/sp` and `/basic-otp` (SAMLState.swift).
+    public let otp = OTPState()
+    /// Browser sessions of `/sp` (`SP_SESSION`) and `/basic-otp` (`BO_SESSION`).
+    let spSessions = WebSessions()
+    let basicOTPSessions = WebSessions()
 
     public init() {}
 
@@ -24,6 +31,13 @@ public final class SimulatorState: Sendable {
     /// `GET /stall` responses still open, and those ended because the client went away.
     public var openStalls: Int { box.locked { $0.openStalls } }
     public var abandonedStalls: Int { box.locked { $0.abandonedStalls } }
+
+    /// Forgets every SMP, `/sp` and `/basic-otp` session (`POST /sim/sessions/expire`).
+    public func expireSessions() {
+        smp.expireSessions()
+        spSessions.expireAll()
+        basicOTPSessions.expireAll()
+    }
 
     /// The bound port, nil until the server listens.
     public var port: Int? { box.locked { $0.port } }

@@ -27,12 +27,31 @@ public struct SimulatorStats: Codable, Sendable, Equatable {
         public var refreshTokensIssued: Int
     }
 
+    /// The `/sp` service provider and the mock IdP (see `SAMLState`).
+    public struct SAML: Codable, Sendable, Equatable {
+        public var authnRequestsIssued: Int
+        public var assertionsAccepted: Int
+        public var assertionsRejected: Int
+        public var unregisteredACSRefusals: Int
+        public var idpLogins: Int
+        public var idpLoginFailures: Int
+    }
+
+    /// One-time passcodes at `/sp` and `/basic-otp` (see `OTPState`).
+    public struct OTP: Codable, Sendable, Equatable {
+        public var challenges: Int
+        public var verifications: Int
+        public var rejectedPasscodes: Int
+    }
+
     /// Requests per route, keyed like `"GET /api/data"` (see `SimulatorState.requests(route:)`).
     public var requestsByRoute: [String: Int]
     public var openStalls: Int
     public var abandonedStalls: Int
     public var smp: SMP
     public var oauth: OAuth
+    public var saml: SAML
+    public var otp: OTP
 }
 
 extension SimulatorState {
@@ -40,6 +59,6 @@ extension SimulatorState {
     public var stats: SimulatorStats {
         SimulatorStats(
             requestsByRoute: requestsByRoute, openStalls: openStalls, abandonedStalls: abandonedStalls,
-            smp: smp.snapshot, oauth: oauth.snapshot)
+            smp: smp.snapshot, oauth: oauth.snapshot, saml: saml.snapshot, otp: otp.snapshot)
     }
 }

@@ -2,11 +2,13 @@ import Foundation
 import Logging
 import UpstreamSimulator
 
-/// `upstream-simulator [--host H] [--port P]`: prints one line once bound, stops on SIGTERM/SIGINT.
+/// `upstream-simulator [--host H] [--port P] [SAML options]`: prints one line once bound, stops on
+/// SIGTERM/SIGINT. SAML options set the `/sp` service provider and the mock IdP (see `usage`).
 @main struct Main {
     static func main() async throws {
         var host = "127.0.0.1"
         var port = 8081
+        var configuration = SimulatorConfiguration()
         var arguments = CommandLine.arguments.dropFirst()
         while let argument = arguments.popFirst() {
             switch argument {
@@ -18,6 +20,24 @@ import UpstreamSimulator
                     usage("--port needs a number in 0...65535")
                 }
                 port = number
+            case "--saml-binding":
+                guard let value = arguments.popFirst(), let binding = SAMLBinding(rawValue: value) else {
+                    usage("--saml-binding needs postForm or redirect")
+                }
+                configuration.samlBinding = binding
+            case "--no-identifying-header":
+                configuration.samlIdentifyingHeader = false
+            case "--otp":
+                guard let value = arguments.popFirst(), let mode = SPOTPMode(rawValue: value) else {
+                    usage("--otp needs off or afterSAML")
+                }
+                configuration.spOTP = mode
+            case "--acs-url":
+                guard let value = arguments.popFirst() else { usage("--acs-url needs a URL") }
+                configuration.samlACSURLs.append(value)
+            case "--idp-base":
+                guard let value = arguments.popFirst() else { usage("--idp-base needs a URL") }
+                configuration.idpBaseURL = value
             case "-h", "--help":
                 usage(nil)
             default:
@@ -28,7 +48,7 @@ import UpstreamSimulator
         var logger = Logger(label: "upstream-simulator")
         logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .notice
         let state = SimulatorState()
-        let app = buildSimulator(configuration: .init(), state: state, host: host, port: port, logger: logger)
+        let app = buildSimulator(configuration: configuration, state: state, host: host, port: port, logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await runSimulator(app, state: state, stopOnSignals: true)
@@ -43,7 +63,14 @@ import UpstreamSimulator
 
     static func usage(_ problem: String?) -> Never {
         if let problem { FileHandle.standardError.write(Data("upstream-simulator: \(problem)\n".utf8)) }
-        print("usage: upstream-simulator [--host H] [--port P]")
+        print(
+            """
+            usage: upstream-simulator [--host H] [--port P]
+                                      [--saml-binding postForm|redirect] [--no-identifying-header]
+                                      [--otp off|afterSAML] [--acs-url URL]... [--idp-base URL]
+              --acs-url     an ACS URL the mock IdP accepts (repeatable; POST /control/saml/acs at run time)
+              --idp-base    where browsers reach the IdP (default http://127.0.0.1:<port>)
+            """)
         exit(problem == nil ? 0 : 64)
     }
 }

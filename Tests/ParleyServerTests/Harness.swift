@@ -76,6 +76,8 @@ struct LiveOptions: Sendable {
     var logs: LogCapture?
     /// Bind to a known port so `PARLEY_PUBLIC_URL` (flow URLs, `redirect_uri`) is right.
     var fixedPorts = false
+    /// Bind the (single) instance to this port, known before the destinations are set up.
+    var port: Int?
     var simulator = SimulatorConfiguration()
 }
 
@@ -112,7 +114,7 @@ func withLiveParley<T: Sendable>(
 
         var instances: [(PostgresStore, any ApplicationProtocol, AsyncStream<Int>)] = []
         for _ in 0..<options.instances {
-            let port = options.fixedPorts ? try FreePort.find() : 0
+            let port = try options.port ?? (options.fixedPorts ? FreePort.find() : 0)
             var configuration = ParleyConfiguration(
                 databaseURL: databaseURL, listenPort: port, publicURL: "http://127.0.0.1:\(port)", keyRing: testKeyRing(),
                 adminTokens: ["admin-token-0123456789"], destinations: destinations,

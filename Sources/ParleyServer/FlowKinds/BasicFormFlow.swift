@@ -53,7 +53,9 @@ struct BasicFormFlow: FlowKindHandler {
         if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site == "cross-site" || site == "same-site" {
             return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
         }
-        if let origin = request.headers[HTTPField.Name("Origin")!], origin != URLParts(publicURL)?.origin {
+        // Parley's pages send no referrer, so a browser posts the form with `Origin: null`;
+        // `Sec-Fetch-Site` (above) and the flow's secret tell where it came from then.
+        if let origin = request.headers[HTTPField.Name("Origin")!], origin != "null", origin != URLParts(publicURL)?.origin {
             return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
         }
         let body = try await request.body.collect(upTo: 16 * 1024)
