@@ -74,9 +74,9 @@ import Testing
 
     static func withRouter(
         _ upstream: FakeUpstream, registrations: InMemoryRegistrations = InMemoryRegistrations(), flows: InMemoryFlows = InMemoryFlows(),
-        _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+        clock: TestClock = TestClock(), _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) })
+        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) }, clock: clock)
         dependencies.registrations = registrations
         dependencies.flows = flows
         let app = buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
@@ -185,6 +185,31 @@ import Testing
                 #expect(response.status == .ok)
                 #expect(response.headers[values: .setCookie].isEmpty)
             }
+        }
+    }
+
+    @Test func theWebPathRefusesEscapesAndExpiredFlows() async throws {
+        let upstream = FakeUpstream()
+        let clock = TestClock()
+        try await Self.withRouter(upstream, clock: clock) { client in
+            let token = try await Self.register(client, "sp")
+            let (_, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let browser: HTTPFields = [.cookie: try await client.execute(uri: start, method: .get) { Self.cookie($0) }]
+            let before = upstream.count
+            // Only the destination's own URL is reachable: escapes are refused as pages.
+            for path in ["/web/sp/%2e%2e/admin", "/web/sp/a/..;x/b", "/web/sp/a%2fb", "/web/sp//evil.example/x", "/web/sp/%0d%0aX:1"] {
+                let response = try await client.execute(uri: path, method: .get, headers: browser)
+                #expect(response.status == .badRequest, "\(path)")
+                #expect(response.headers[.contentType] == "text/html; charset=utf-8")
+            }
+            #expect(upstream.count == before, "an escaping path reached the upstream")
+            // Past its expiry the binding leads to the expired page, and nothing is forwarded.
+            clock.advance(by: .seconds(601))
+            try await client.execute(uri: "/web/sp/api/data", method: .get, headers: browser) { response in
+                #expect(response.status == .gone)
+                #expect(String(buffer: response.body).contains("data-parley-error=\"flow_expired\""))
+            }
+            #expect(upstream.count == before)
         }
     }
 

@@ -116,14 +116,16 @@ struct FlowService: Sendable {
     /// A flow reached its end: wake waiters, audit, and finish what waited on it.
     func finish(_ flow: FlowRecord, status: FlowStatus, error: String?, logger: Logger) async throws {
         guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
-        try await signals.announce(flowID: flow.id)
         await audit.record(
             "flow.\(status.rawValue)", actor: .system, registrationID: flow.registrationID,
             detail: ["flow": flow.idString, "kind": flow.kind.rawValue])
         logger.info("flow finished", metadata: ["flow.id": .string(flow.idString), "flow.status": .string(status.rawValue)])
+        // What waited on the flow runs first, so a woken long-poll finds its effect done
+        // (an SMP registration active with its APPCID).
         if status == .completed, let completion = completions[flow.purpose] {
             await completion.flowCompleted(flow, logger: logger)
         }
+        try await signals.announce(flowID: flow.id)
     }
 }
 

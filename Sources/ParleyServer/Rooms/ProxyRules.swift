@@ -29,7 +29,9 @@ enum ProxyRules {
             if decoded.contains(UInt8(ascii: "/")) || decoded.contains(UInt8(ascii: "\\")) {
                 throw Problem.invalid("the proxy path contains an encoded '/' or '\\'")
             }
-            if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] {
+            // Servers that take `;` as a segment parameter (Tomcat, Jetty) read `..;x` as `..`.
+            let dotPart = decoded.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
+            if dotPart.elementsEqual([UInt8(ascii: ".")]) || dotPart.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
                 throw Problem.invalid("the proxy path contains a '.' or '..' segment")
             }
             segments.append(PercentEncoding.encodePathSegment(decoded))

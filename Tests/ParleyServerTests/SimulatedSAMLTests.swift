@@ -1,0 +1,187 @@
+import AuthFlows
+import Foundation
+import ParleyServer
+import ParleyTesting
+import Testing
+import UpstreamSimulator
+
+/// saml2 and otp flows against the simulator's SMP-like SAML2 service provider (with its
+/// mock identity provider and OTP), through real Parley instances and headless Chromium.
+@Suite(.serialized) struct SimulatedSAMLTests {
+    static func destinations(_ url: String) -> [DestinationSpec] {
+        var sp = DestinationSpec(name: "sp", url: url + "/sp", csrf: true, smp: .init(appId: "com.example.app"))
+        sp.saml2 = .init()
+        sp.otp = .init()
+        var plain = DestinationSpec(name: "spapi", url: url + "/sp")
+        plain.saml2 = .init()
+        plain.otp = .init()
+        var basicOTP = DestinationSpec(name: "botp", url: url + "/basic-otp", basic: .init())
+        basicOTP.otp = .init()
+        return [sp, plain, basicOTP]
+    }
+
+    /// The ACS URL of the simulated SP as every instance shows it, registered at the IdP.
+    static func registerACS(_ live: LiveParley, destinations: [String] = ["sp", "spapi"]) {
+        let instances = [live] + live.others
+        live.simulator.saml.registeredACSURLs = instances.flatMap { instance in
+            destinations.map { instance.baseURL + "/web/\($0)/saml/acs" }
+        }
+    }
+
+    /// Signs in at the mock IdP in the browser that is on its login page.
+    static func signIn(_ browser: WebDriverSession, password: String = "wonderland") async throws {
+        try await browser.sendKeys("alice", to: try await browser.findElement(css: "#username"))
+        try await browser.sendKeys(password, to: try await browser.findElement(css: "#password"))
+        try await browser.click(try await browser.findElement(css: "#login"))
+    }
+
+    /// Retries a proxied call for a short, bounded time: another instance's per-instance
+    /// caches (cookie jar, client token) may hold a view up to 500 ms old.
+    static func eventually(_ live: LiveParley, _ path: String, token: String, status: Int = 200) async throws -> RawHTTPResponse {
+        let deadline = ContinuousClock.now + .seconds(3)
+        while true {
+            let response = try await live.request("GET", path, token: token)
+            if response.status == status || ContinuousClock.now > deadline { return response }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
+    @Test func smpRegistrationBehindSAMLCompletesOnASecondInstance() async throws {
+        var options = LiveOptions()
+        options.instances = 2
+        options.fixedPorts = true
+        try await withLiveParley(destinations: Self.destinations, options: options) { a in
+            let b = try #require(a.others.first)
+            Self.registerACS(a)
+            let registered = try await a.json("POST", "/v1/registrations", ["destination": "sp", "deviceType": "phone"])
+            #expect(registered.status == 201)
+            #expect(registered.json?["status"] as? String == "login_required")
+            #expect(registered.json?["appcid"] is NSNull)
+            let token = try #require(registered.json?["clientToken"] as? String)
+            let flow = try #require(registered.json?["flow"] as? [String: Any])
+            #expect(flow["kind"] as? String == "saml2")
+            let flowID = try #require(flow["id"] as? String)
+            let onB = try #require(flow["url"] as? String).replacingOccurrences(of: a.baseURL, with: b.baseURL)
+
+            async let waited = a.request("GET", "/v1/flows/\(flowID)?wait=45", token: token)
+            try await ChromeDriver.withSession { browser in
+                try await browser.navigate(to: onB)
+                #expect(try await browser.currentURL().contains("/idp/"))
+                try await Self.signIn(browser)
+                _ = try await browser.waitForURL(prefix: b.baseURL + "/flows/\(flowID)/done", timeout: .seconds(20))
+                #expect(try await browser.pageSource().contains("data-parley-flow-status=\"completed\""))
+            }
+            // The long-poll on A returns once the flow completed on B, with the registration active.
+            let long = try await waited
+            #expect(long.json?["status"] as? String == "completed")
+            let me = try await a.request("GET", "/v1/registrations/me", token: token)
+            #expect(me.json?["status"] as? String == "active")
+            #expect((me.json?["appcid"] as? String)?.isEmpty == false)
+            #expect(a.simulator.saml.assertionsAccepted == 1)
+
+            // Proxied calls on either instance succeed on the captured session, CSRF included.
+            let data = try await Self.eventually(a, "/v1/proxy/api/data", token: token)
+            #expect(data.status == 200)
+            #expect(data.json?["via"] as? String == "saml")
+            #expect(data.header("Set-Cookie") == nil)
+            let posted = try await b.request("POST", "/v1/proxy/csrf/items", token: token, headers: [("Content-Type", "application/json")], body: Array("{}".utf8))
+            #expect((200..<300).contains(posted.status), "CSRF-protected POST on the SAML session: \(posted.status)")
+            #expect(posted.header("X-CSRF-Token") == nil)
+        }
+    }
+
+    @Test func samlThenOTPInTheSameBrowserFlow() async throws {
+        var options = LiveOptions()
+        options.fixedPorts = true
+        options.simulator.spOTP = .afterSAML
+        try await withLiveParley(destinations: Self.destinations, options: options) { live in
+            Self.registerACS(live)
+            let (_, token) = try await live.register("spapi", credentials: false)
+            let challenged = try await live.request("GET", "/v1/proxy/api/data", token: token)
+            let flow = try #require(challenged.json?["flow"] as? [String: Any])
+            #expect(flow["kind"] as? String == "saml2")
+            let flowID = try #require(flow["id"] as? String)
+            try await ChromeDriver.withSession { browser in
+                try await browser.navigate(to: try #require(flow["url"] as? String))
+                try await Self.signIn(browser)
+                // The second factor follows in the same browser flow, through the web path.
+                _ = try await browser.waitForURL(prefix: live.baseURL + "/web/spapi/otp")
+                #expect(try await browser.currentURL().contains("redirecttooriginalurl=false"))
+                let wrong = live.simulator.otp.currentCode(user: "alice") == "000000" ? "111111" : "000000"
+                try await browser.sendKeys(wrong, to: try await browser.findElement(css: "input[name=passcode]"))
+                try await browser.click(try await browser.findElement(css: "button[type=submit], input[type=submit]"))
+                _ = try await browser.findElement(css: "input[name=passcode]")
+                let pending = try await live.request("GET", "/v1/flows/\(flowID)", token: token)
+                #expect(pending.json?["status"] as? String == "pending", "a wrong passcode completed the flow")
+                #expect(live.simulator.otp.rejectedPasscodes == 1)
+                try await browser.sendKeys(live.simulator.otp.currentCode(user: "alice"), to: try await browser.findElement(css: "input[name=passcode]"))
+                try await browser.click(try await browser.findElement(css: "button[type=submit], input[type=submit]"))
+                _ = try await browser.waitForURL(prefix: live.baseURL + "/flows/\(flowID)/done")
+                #expect(try await browser.pageSource().contains("data-parley-flow-status=\"completed\""))
+            }
+            let data = try await Self.eventually(live, "/v1/proxy/api/data", token: token)
+            #expect(data.status == 200)
+            #expect(live.simulator.otp.verifications == 1)
+        }
+    }
+
+    @Test func basicThenOTPIsAnOTPFlowThatTheCallbackCompletes() async throws {
+        var options = LiveOptions()
+        options.fixedPorts = true
+        try await withLiveParley(destinations: Self.destinations, options: options) { live in
+            let (_, token) = try await live.register("botp")
+            let challenged = try await live.request("GET", "/v1/proxy/api/data", token: token)
+            #expect(challenged.status == 401)
+            let flow = try #require(challenged.json?["flow"] as? [String: Any])
+            #expect(flow["kind"] as? String == "otp")
+            let flowID = try #require(flow["id"] as? String)
+            let url = try #require(flow["url"] as? String)
+            let secret = try #require(url.split(separator: "k=").last.map(String.init))
+            // The start page opens the OTP form, with the additional parameters, in the web path.
+            let start = try await live.request("GET", String(url.dropFirst(live.baseURL.count)))
+            #expect(start.status == 303)
+            #expect(start.header("Location") == live.baseURL + "/web/botp/otp?redirecttooriginalurl=false")
+
+            let wrong = try await live.request("GET", "/callback/otp?flow=\(flowID)&k=\(secret)&passcode=000001")
+            #expect(wrong.status == 400)
+            #expect(try await live.request("GET", "/v1/flows/\(flowID)", token: token).json?["status"] as? String == "pending")
+            let code = live.simulator.otp.currentCode(user: "alice")
+            let right = try await live.request(
+                "POST", "/callback/otp", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                body: Array("flow=\(flowID)&k=\(secret)&passcode=\(code)".utf8))
+            #expect(right.status == 303)
+            #expect(right.header("Location") == live.baseURL + "/flows/\(flowID)/done")
+            #expect(try await live.request("GET", "/v1/flows/\(flowID)", token: token).json?["status"] as? String == "completed")
+            let data = try await Self.eventually(live, "/v1/proxy/api/data", token: token)
+            #expect(data.status == 200)
+            #expect(data.json?["via"] as? String == "basic-otp")
+        }
+    }
+
+    @Test func twoBrowsersInTwoFlowsOfOneDestinationStayApart() async throws {
+        var options = LiveOptions()
+        options.fixedPorts = true
+        try await withLiveParley(destinations: Self.destinations, options: options) { live in
+            Self.registerACS(live)
+            let (_, first) = try await live.register("spapi", credentials: false)
+            let (_, second) = try await live.register("spapi", credentials: false)
+            let flow1 = try #require(try await live.request("GET", "/v1/proxy/api/data", token: first).json?["flow"] as? [String: Any])
+            let flow2 = try #require(try await live.request("GET", "/v1/proxy/api/data", token: second).json?["flow"] as? [String: Any])
+            try await ChromeDriver.withSession { one in
+                try await ChromeDriver.withSession { two in
+                    try await one.navigate(to: try #require(flow1["url"] as? String))
+                    try await two.navigate(to: try #require(flow2["url"] as? String))
+                    try await Self.signIn(one)
+                    _ = try await one.waitForURL(prefix: live.baseURL + "/flows/\(flow1["id"] as? String ?? "")/done")
+                    // The second browser is still at the IdP, its flow pending.
+                    #expect(try await two.currentURL().contains("/idp/"))
+                }
+            }
+            #expect(try await Self.eventually(live, "/v1/proxy/api/data", token: first).status == 200)
+            let stillOut = try await live.request("GET", "/v1/proxy/api/data", token: second)
+            #expect(stillOut.status == 401, "the second registration got the first one's session")
+            let status2 = try await live.request("GET", "/v1/flows/\(flow2["id"] as? String ?? "")", token: second)
+            #expect(status2.json?["status"] as? String == "pending")
+        }
+    }
+}
