@@ -13,14 +13,10 @@ struct FlowPagesController: Sendable {
 
     @Sendable func start(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         await Page.guarding {
-            let id = context.parameters.get("id") ?? ""
-            guard let uuid = UUID(uuidString: id), let secret = request.uri.queryParameters.get("k"), let flow = try await flows.current(uuid),
-                constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
-            else { return Page.problem(.notFound("no such flow, or the link is not valid")) }
-            switch flow.status {
-            case .pending: break
-            case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in link has expired; start again in the app"))
-            case .completed, .failed: return Page.redirect(flows.doneURL(flow), status: .seeOther)
+            let access = try await flows.browserAccess(id: context.parameters.get("id"), secret: request.uri.queryParameters.get("k"))
+            guard case .pending(let flow) = access, let secret = request.uri.queryParameters.get("k") else {
+                if case .answered(let page) = access { return page }
+                return Page.problem(.notFound("no such sign-in, or the link is not valid"))
             }
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)

@@ -61,14 +61,13 @@ struct BasicFormFlow: FlowKindHandler {
         let body = try await request.body.collect(upTo: 16 * 1024)
         let fields = PercentEncoding.decodeForm(String(buffer: body)) ?? []
         func value(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
-        guard let id = UUID(uuidString: context.parameters.get("id") ?? ""), let secret = value("k"), let flow = try await flows.current(id),
-            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash), flow.kind == .basic
-        else { return Page.problem(.notFound("no such sign-in, or the link is not valid")) }
-        switch flow.status {
-        case .pending: break
-        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
-        case .completed, .failed: return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        let flow: FlowRecord
+        switch try await flows.browserAccess(id: context.parameters.get("id"), secret: value("k")) {
+        case .pending(let pending) where pending.kind == .basic: flow = pending
+        case .pending: return Page.problem(.notFound("no such sign-in, or the link is not valid"))
+        case .answered(let page): return page
         }
+        let secret = value("k") ?? ""
         guard let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration)
         else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be continued here")) }

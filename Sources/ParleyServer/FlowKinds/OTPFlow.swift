@@ -62,13 +62,10 @@ struct OTPFlow: HostedFlowKind {
             parameters += PercentEncoding.decodeForm(String(buffer: body)) ?? []
         }
         func value(_ name: String) -> String? { parameters.first { $0.0 == name }?.1 }
-        guard let id = value("flow").flatMap(UUID.init(uuidString:)), let secret = value("k"), let flow = try await flows.current(id),
-            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
-        else { return Page.problem(.notFound("no such sign-in, or the link is not valid")) }
-        switch flow.status {
-        case .pending: break
-        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
-        case .completed, .failed: return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        let flow: FlowRecord
+        switch try await flows.browserAccess(id: value("flow"), secret: value("k")) {
+        case .pending(let pending): flow = pending
+        case .answered(let page): return page
         }
         guard flow.kind == .otp || (flow.kind == .saml2 && flow.secondFactor), let form = flow.challengeURL,
             let registration = try await registrations.find(id: flow.registrationID),
