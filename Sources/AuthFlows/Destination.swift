@@ -22,6 +22,8 @@ public struct Destination: Sendable {
     public let saml2: SAML2Settings?
     public let otp: OTPSettings?
     public let oauth2: OAuth2Settings?
+    /// Who may register.
+    public let registrationPolicy: RegistrationPolicy
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
@@ -42,7 +44,11 @@ public struct Destination: Sendable {
         clientCertificate != nil || oauth2?.grant == .clientCredentials
     }
 
-    fileprivate init(spec: DestinationSpec, baseURL: String, certificate: ClientCertificateMaterial?, timeouts: Timeouts, oauth2: OAuth2Settings?) {
+    fileprivate init(
+        spec: DestinationSpec, baseURL: String, certificate: ClientCertificateMaterial?, timeouts: Timeouts, oauth2: OAuth2Settings?,
+        policy: RegistrationPolicy
+    ) {
+        registrationPolicy = policy
         name = spec.name
         self.baseURL = baseURL
         allowedReturnUrls = spec.allowedReturnUrls ?? []
@@ -57,6 +63,16 @@ public struct Destination: Sendable {
         otp = spec.otp.map(OTPSettings.init(spec:))
         self.oauth2 = oauth2
     }
+}
+
+/// Who may register with a destination.
+public enum RegistrationPolicy: Sendable, Equatable {
+    /// Anyone who can reach Parley (the default).
+    case open
+    /// The registration call carries `Parley-Enrolment: <secret>`; only its SHA-256 is configured.
+    case enrolment(secretSHA256: [UInt8])
+    /// The registration waits as `pending_approval` until an administrator approves it.
+    case approval
 }
 
 /// SMP registration: `POST {url}/odata/applications/latest/{appId}/Connections`.
@@ -117,6 +133,16 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var saml2: SAML2?
     public var otp: OTP?
     public var oauth2: OAuth2?
+    public var registration: Registration?
+
+    public struct Registration: Sendable, Decodable, Equatable {
+        public var policy: String?
+        public var enrolmentSecretSha256: String?
+        public init(policy: String? = nil, enrolmentSecretSha256: String? = nil) {
+            self.policy = policy
+            self.enrolmentSecretSha256 = enrolmentSecretSha256
+        }
+    }
 
     public struct SMP: Sendable, Decodable, Equatable {
         public var appId: String
@@ -280,8 +306,21 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         if let endpoint = saml2?.finishEndpoint, !endpoint.hasPrefix("/") {
             problems.append("\(label): saml2.finishEndpoint must be a path starting with '/'")
         }
+        var policy = RegistrationPolicy.open
+        switch registration?.policy {
+        case nil, "open": break
+        case "approval": policy = .approval
+        case "enrolment":
+            if let hex = registration?.enrolmentSecretSha256?.lowercased(), hex.utf8.count == 64, let digest = Hex.decode(hex) {
+                policy = .enrolment(secretSHA256: digest)
+            } else {
+                problems.append("\(label): registration.enrolmentSecretSha256 must be the SHA-256 of the enrolment secret, in 64 hex digits")
+            }
+        case let other?:
+            problems.append("\(label): registration.policy must be open, enrolment or approval, got '\(other.prefix(40))'")
+        }
         guard problems.isEmpty else { throw Invalid(problems: problems) }
-        return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings)
+        return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)
     }
 }
 

@@ -103,7 +103,7 @@ public final class InMemoryFlows: FlowRepository {
 }
 
 public final class InMemoryCookies: CookieRepository {
-    private let jars = Mutex<[String: [StoredCookie]]>([:])
+    let jars = Mutex<[String: [StoredCookie]]>([:])
 
     public init() {}
 
@@ -122,12 +122,12 @@ public final class InMemoryCookies: CookieRepository {
 }
 
 public final class InMemoryTokens: TokenRepository {
-    private let rows = Mutex<[TokenKey: StoredToken]>([:])
+    let rows = Mutex<[TokenKey: (token: StoredToken, kind: String)]>([:])
     private let lock = AsyncLock()
 
     public init() {}
 
-    public func load(_ key: TokenKey) async throws -> StoredToken? { rows.withLock { $0[key] } }
+    public func load(_ key: TokenKey) async throws -> StoredToken? { rows.withLock { $0[key]?.token } }
 
     public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
         try await lock.run { try await body(Access(rows: self)) }
@@ -135,25 +135,101 @@ public final class InMemoryTokens: TokenRepository {
 
     public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let id = registrationID.uuidString.lowercased()
-        return rows.withLock { rows in rows.filter { $0.key.registrationID == id }.map { ($0.key, $0.value) } }
+        return rows.withLock { rows in rows.filter { $0.key.registrationID == id }.map { ($0.key, $0.value.token) } }
     }
 
     private struct Access: TokenAccess {
         let rows: InMemoryTokens
-        func load(_ key: TokenKey) async throws -> StoredToken? { rows.rows.withLock { $0[key] } }
-        func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws { rows.rows.withLock { $0[key] = token } }
+        func load(_ key: TokenKey) async throws -> StoredToken? { rows.rows.withLock { $0[key]?.token } }
+        func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
+            rows.rows.withLock { $0[key] = (token, grant.rawValue) }
+        }
         func delete(_ key: TokenKey) async throws { _ = rows.rows.withLock { $0.removeValue(forKey: key) } }
     }
 }
 
 public final class InMemoryAudit: AuditRepository {
-    private let log = Mutex<[AuditEvent]>([])
+    let log = Mutex<[StoredAuditEvent]>([])
 
     public init() {}
 
-    public var events: [AuditEvent] { log.withLock { $0 } }
+    public var events: [AuditEvent] { log.withLock { $0.map(\.event) } }
 
-    public func append(_ event: AuditEvent) async throws { log.withLock { $0.append(event) } }
+    public func append(_ event: AuditEvent) async throws {
+        log.withLock { $0.append(StoredAuditEvent(id: Int64($0.count + 1), at: Date(), event: event)) }
+    }
+}
+
+/// The administration queries over the other in-memory twins.
+public final class InMemoryAdministration: AdministrationRepository {
+    let registrations: InMemoryRegistrations
+    let tokens: InMemoryTokens
+    let cookies: InMemoryCookies
+    let log: InMemoryAudit
+
+    public init(registrations: InMemoryRegistrations, tokens: InMemoryTokens, cookies: InMemoryCookies, audit: InMemoryAudit) {
+        self.registrations = registrations
+        self.tokens = tokens
+        self.cookies = cookies
+        self.log = audit
+    }
+
+    static func micros(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1_000_000).rounded()) }
+
+    public func registrations(_ q: RegistrationQuery) async throws -> [(RegistrationRecord, RegistrationCursor)] {
+        let sorted = registrations.all
+            .filter { (q.destination == nil || $0.destination == q.destination) && (q.userHint == nil || $0.userHint == q.userHint) }
+            .map { ($0, RegistrationCursor(createdAtMicros: Self.micros($0.createdAt), id: $0.id)) }
+            .sorted { ($0.1.createdAtMicros, $0.1.id.uuidString) > ($1.1.createdAtMicros, $1.1.id.uuidString) }
+        let after = sorted.filter { item in
+            guard let cursor = q.after else { return true }
+            return (item.1.createdAtMicros, item.1.id.uuidString) < (cursor.createdAtMicros, cursor.id.uuidString)
+        }
+        return Array(after.prefix(q.limit))
+    }
+
+    public func tokenMetadata(registrationIDs: [UUID]) async throws -> [UUID: [TokenMetadata]] {
+        let ids = Set(registrationIDs.map { $0.uuidString.lowercased() })
+        return tokens.rows.withLock { rows in
+            var out: [UUID: [TokenMetadata]] = [:]
+            for (key, row) in rows {
+                guard let text = key.registrationID, ids.contains(text), let id = UUID(uuidString: text) else { continue }
+                out[id, default: []].append(
+                    TokenMetadata(registrationID: id, kind: row.kind, scopeKey: key.scopeKey, expiresAt: row.token.expiresAt, lastUsedAt: nil))
+            }
+            return out
+        }
+    }
+
+    func matches(_ key: TokenKey, _ f: RevocationFilter) -> Bool {
+        let hinted = f.userHint.map { hint in registrations.all.filter { $0.userHint == hint }.map(\.idString) }
+        return (f.registrationID == nil || key.registrationID == f.registrationID?.uuidString.lowercased())
+            && (f.destination == nil || key.destination == f.destination) && (f.scopeKey == nil || key.scopeKey == f.scopeKey)
+            && (hinted == nil || hinted?.contains(key.registrationID ?? "") == true)
+    }
+
+    public func tokens(matching filter: RevocationFilter) async throws -> [(TokenKey, StoredToken)] {
+        tokens.rows.withLock { rows in rows.filter { matches($0.key, filter) }.map { ($0.key, $0.value.token) } }
+    }
+
+    public func revoke(_ filter: RevocationFilter) async throws -> Int {
+        guard !filter.isEmpty else { return 0 }
+        var removed = tokens.rows.withLock { rows in
+            let gone = rows.keys.filter { matches($0, filter) }
+            for key in gone { rows[key] = nil }
+            return gone.count
+        }
+        if let id = filter.registrationID?.uuidString.lowercased(), cookies.jars.withLock({ $0.removeValue(forKey: id)?.isEmpty == false }) {
+            removed += 1
+        }
+        return removed
+    }
+
+    public func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent] {
+        log.log.withLock { events in
+            Array(events.reversed().filter { event in since.map { event.at >= $0 } ?? true && before.map { event.id < $0 } ?? true }.prefix(limit))
+        }
+    }
 }
 
 /// Flow signals within one process.
@@ -215,8 +291,13 @@ extension ParleyDependencies {
         transport: any Transport = FakeTransport { _ in .text(404) }, clock: any WallClock = TestClock(),
         readiness: StaticReadiness = StaticReadiness()
     ) -> ParleyDependencies {
-        ParleyDependencies(
-            registrations: InMemoryRegistrations(), flows: InMemoryFlows(), cookies: InMemoryCookies(), tokens: InMemoryTokens(),
-            audit: InMemoryAudit(), flowSignals: InMemoryFlowSignals(), readiness: readiness, transport: transport, clock: clock)
+        let registrations = InMemoryRegistrations()
+        let cookies = InMemoryCookies()
+        let tokens = InMemoryTokens()
+        let audit = InMemoryAudit()
+        return ParleyDependencies(
+            registrations: registrations, flows: InMemoryFlows(), cookies: cookies, tokens: tokens, audit: audit,
+            administration: InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit),
+            flowSignals: InMemoryFlowSignals(), readiness: readiness, transport: transport, clock: clock)
     }
 }

@@ -84,7 +84,8 @@ import Testing
             "POST /v1/flows", "GET /v1/flows/{id}",
             "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
             "POST /flows/{id}/credentials",
-            "GET /admin/v1/registrations/{id}",
+            "GET /admin/v1/registrations", "GET /admin/v1/registrations/{id}", "DELETE /admin/v1/registrations/{id}",
+            "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit",
         ]
         for method in ProxyController.methods {
             expected.insert("\(method.rawValue) /v1/proxy")
@@ -111,7 +112,8 @@ import Testing
                 ("/flows/\(id)", .post, "GET"), ("/flows/\(id)/done", .post, "GET"), ("/callback/oauth2", .post, "GET"),
                 ("/callback/otp", .delete, "GET, POST"), ("/flows/\(id)/credentials", .get, "POST"),
                 ("/web/sim/x", .trace, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
-                ("/admin/v1/registrations/\(id)", .delete, "GET"),
+                ("/admin/v1/registrations/\(id)", .post, "DELETE, GET"), ("/admin/v1/revocations", .get, "POST"),
+                ("/admin/v1/audit", .post, "GET"), ("/admin/v1/registrations", .delete, "GET"),
                 ("/v1/proxy/a/b", .trace, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
                 ("/v1/proxy", .init("PROPFIND")!, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
             ]

@@ -13,6 +13,7 @@ public struct ParleyDependencies: Sendable {
     public var cookies: any CookieRepository
     public var tokens: any TokenRepository
     public var audit: any AuditRepository
+    public var administration: any AdministrationRepository
     public var flowSignals: any FlowSignals
     public var readiness: any ReadinessProbe
     public var transport: any Transport
@@ -22,7 +23,7 @@ public struct ParleyDependencies: Sendable {
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
-        audit: any AuditRepository, flowSignals: any FlowSignals, readiness: any ReadinessProbe, transport: any Transport,
+        audit: any AuditRepository, administration: any AdministrationRepository, flowSignals: any FlowSignals, readiness: any ReadinessProbe, transport: any Transport,
         clock: any WallClock, services: [any Service] = []
     ) {
         self.registrations = registrations
@@ -30,6 +31,7 @@ public struct ParleyDependencies: Sendable {
         self.cookies = cookies
         self.tokens = tokens
         self.audit = audit
+        self.administration = administration
         self.flowSignals = flowSignals
         self.readiness = readiness
         self.transport = transport
@@ -48,6 +50,7 @@ public struct ParleyDependencies: Sendable {
             registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store),
             cookies: PostgresCookies(store: store, keyRing: configuration.keyRing),
             tokens: PostgresTokens(store: store, keyRing: configuration.keyRing), audit: PostgresAudit(store: store),
+            administration: PostgresAdministration(store: store, keyRing: configuration.keyRing),
             flowSignals: signals, readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
     }
@@ -106,11 +109,20 @@ public func buildRouter(
         proxy: ProxyController(
             conversations: conversations, flows: flows, metrics: metrics, memoryBodyBytes: configuration.memoryBodyBytes,
             spoolDirectory: configuration.spoolDirectory),
-        admin: AdminController(registrations: d.registrations, service: registrations, audit: audit),
+        admin: AdminController(
+            administration: Administration(
+                repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations, audit: audit),
+            service: registrations, maxJSONBytes: configuration.maxJSONBytes),
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes)
 
     let routeTable = RouteTable()
+    for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
+    where destination.registrationPolicy == .open && destination.holdsSharedCredentials {
+        logger.warning(
+            "anyone who can reach Parley may register with this destination and use its shared credentials; set registration.policy",
+            metadata: ["destination": .string(destination.name)])
+    }
     let router = Router(context: ParleyRequestContext.self)
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)

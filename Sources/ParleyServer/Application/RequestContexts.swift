@@ -28,6 +28,16 @@ public struct ClientRequestContext: ChildRequestContext {
     }
 }
 
+extension ClientRequestContext {
+    /// The registration, unless it still waits for an administrator's approval (`403 forbidden`).
+    func approvedRegistration() throws(Problem) -> RegistrationRecord {
+        guard registration.status != .pendingApproval else {
+            throw Problem(.forbidden, .forbidden, "the registration waits for an administrator's approval")
+        }
+        return registration
+    }
+}
+
 /// An administrator's request: a handler here cannot run without the admin identity.
 public struct AdminRequestContext: ChildRequestContext {
     public var coreContext: CoreRequestContextStorage

@@ -59,5 +59,10 @@ func addRoutes(
     let admin = router.group("/admin/v1")
         .add(middleware: AdminAuthenticator(tokenHashes: adminTokenHashes))
         .group(context: AdminRequestContext.self)
+    admin.get("registrations", use: c.admin.registrations)
     admin.get("registrations/{id}", use: c.admin.registration)
+    admin.delete("registrations/{id}", use: c.admin.delete)
+    admin.post("registrations/{id}/approval", use: c.admin.approve)
+    admin.post("revocations", use: c.admin.revoke)
+    admin.get("audit", use: c.admin.auditEvents)
 }

@@ -13,7 +13,7 @@ struct FlowsController: Sendable {
     /// among saml2, oauth2 (authorization code) and basic (form).
     @Sendable func create(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let input = try await JSONBody.decode(StartFlow.self, from: request, limit: maxJSONBytes)
-        let destination = try conversations.destination(of: context.registration)
+        let destination = try conversations.destination(of: try context.approvedRegistration())
         let offered = kinds.offered(by: destination)
         let kind: FlowKind
         if let requested = input.kind {

@@ -21,7 +21,7 @@ struct ProxyController: Sendable {
     let spoolDirectory: String
 
     @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
-        let registration = context.registration
+        let registration = try context.approvedRegistration()
         let destination = try conversations.destination(of: registration)
         guard let (rawPath, rawQuery) = Self.splitProxyTarget(request.uri.string) else {
             throw Problem.invalid("the proxy path must start with /v1/proxy/")

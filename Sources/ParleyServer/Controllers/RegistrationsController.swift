@@ -1,3 +1,4 @@
+import HTTPTypes
 import Hummingbird
 
 /// `POST /v1/registrations` (anyone), `GET|DELETE /v1/registrations/me` (the registration itself).
@@ -7,7 +8,8 @@ struct RegistrationsController: Sendable {
 
     @Sendable func create(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
-        let created = try await service.register(input, logger: context.logger)
+        let created = try await service.register(
+            input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], logger: context.logger)
         return JSONBody.response(.created, try service.view(created.record, clientToken: created.clientToken, flow: created.flow))
     }
 

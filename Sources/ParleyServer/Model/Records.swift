@@ -5,6 +5,8 @@ public import Foundation
 public enum RegistrationStatus: String, Sendable, CaseIterable {
     case active
     case loginRequired = "login_required"
+    /// The destination's policy is `approval`: nothing upstream until an administrator approves.
+    case pendingApproval = "pending_approval"
 }
 
 /// The kinds of interactive flow: the ones a conversation can ask for.

@@ -41,7 +41,8 @@ struct RegistrationService: Sendable {
         let flow: JSONValue?
     }
 
-    func register(_ input: CreateRegistration, logger: Logger) async throws -> Created {
+    /// `enrolmentSecret`: the `Parley-Enrolment` header, for destinations whose policy asks for it.
+    func register(_ input: CreateRegistration, enrolmentSecret: String?, logger: Logger) async throws -> Created {
         guard let destination = conversations.destinations[input.destination] else {
             throw Problem.invalid("unknown destination '\(input.destination.prefix(100))'")
         }
@@ -61,10 +62,20 @@ struct RegistrationService: Sendable {
             certificate = ClientCertificateMaterial(pkcs12: bytes, password: c.password)
         }
 
+        if case .enrolment(let expected) = destination.registrationPolicy {
+            let presented = SHA256.hash(Array((enrolmentSecret ?? "").utf8))
+            guard let enrolmentSecret, !enrolmentSecret.isEmpty, enrolmentSecret.utf8.count <= 512, constantTimeEquals(presented, expected) else {
+                await audit.record(
+                    "registration.refused", actor: .client, destination: destination.name,
+                    detail: ["policy": "enrolment", "secret": enrolmentSecret == nil ? "missing" : "wrong"])
+                throw Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
+            }
+        }
         let id = UUID()
         let token = SecretToken.generate(prefix: "pct_")
+        let waits = destination.registrationPolicy == .approval
         let record = RegistrationRecord(
-            id: id, destination: destination.name, status: .active, deviceType: input.deviceType, deviceModel: input.deviceModel,
+            id: id, destination: destination.name, status: waits ? .pendingApproval : .active, deviceType: input.deviceType, deviceModel: input.deviceModel,
             userHint: input.userHint, returnUrl: input.returnUrl,
             credentialsSealed: try input.credentials.map { try secrets.seal(credentials: $0, id: id) },
             clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now)
@@ -72,12 +83,39 @@ struct RegistrationService: Sendable {
         var logger = logger
         logger[metadataKey: "registration.id"] = .string(record.idString)
         logger[metadataKey: "destination"] = .string(destination.name)
-
-        guard let smp = destination.smp else {
-            await audit.record("registration.created", actor: .client, registrationID: id, destination: destination.name)
-            metrics.increment(.registrations, [("action", "created")])
-            logger.info("registration created")
+        metrics.increment(.registrations, [("action", "created")])
+        if waits {
+            await audit.record(
+                "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["policy": "approval"])
+            logger.info("registration waits for approval")
             return Created(record: record, clientToken: token, flow: nil)
+        }
+        let proceeded = try await proceed(record, destination: destination, actor: .client, logger: logger)
+        return Created(record: proceeded.record, clientToken: token, flow: proceeded.flow)
+    }
+
+    /// `POST /admin/v1/registrations/{id}/approval`: a waiting registration goes on as an open one would.
+    func approve(_ record: RegistrationRecord, admin: AdminIdentity, logger: Logger) async throws -> (record: RegistrationRecord, flow: JSONValue?) {
+        guard record.status == .pendingApproval else { throw Problem.invalid("the registration is not waiting for approval") }
+        let destination = try conversations.destination(of: record)
+        try await registrations.setStatus(.active, id: record.id)
+        clientTokens.forgetAll()
+        var active = record
+        active.status = .active
+        await audit.record(
+            "registration.approved", actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
+        return try await proceed(active, destination: destination, actor: .admin, logger: logger)
+    }
+
+    /// The upstream step of a registration that may proceed: SMP registration when configured.
+    private func proceed(
+        _ record: RegistrationRecord, destination: Destination, actor: AuditActor, logger: Logger
+    ) async throws -> (record: RegistrationRecord, flow: JSONValue?) {
+        let id = record.id
+        guard let smp = destination.smp else {
+            await audit.record("registration.created", actor: actor, registrationID: id, destination: destination.name)
+            logger.info("registration created")
+            return (record, nil)
         }
         do {
             switch try await registrar.register(record, smp: smp, destination: destination) {
@@ -87,10 +125,9 @@ struct RegistrationService: Sendable {
                 try await registrations.activate(id: id, appcidSealed: active.appcidSealed)
                 conversations.evict(id)  // the manager must now send the APPCID
                 await audit.record(
-                    "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
-                metrics.increment(.registrations, [("action", "created")])
+                    "registration.created", actor: actor, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
                 logger.info("registration created", metadata: ["appcid": "present"])
-                return Created(record: active, clientToken: token, flow: nil)
+                return (active, nil)
             case .needsLogin(let interaction):
                 // Kept locally as login_required; the flow's completion registers upstream.
                 try await registrations.setStatus(.loginRequired, id: id)
@@ -100,11 +137,10 @@ struct RegistrationService: Sendable {
                     for: pending, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey,
                     challengeURL: interaction.url)
                 await audit.record(
-                    "registration.created", actor: .client, registrationID: id, destination: destination.name,
+                    "registration.created", actor: actor, registrationID: id, destination: destination.name,
                     detail: ["smp": "login_required"])
-                metrics.increment(.registrations, [("action", "created")])
                 logger.info("registration waits for a login", metadata: ["flow.id": .string(flow.idString)])
-                return Created(record: pending, clientToken: token, flow: flows.view(flow, url: url))
+                return (pending, flows.view(flow, url: url))
             }
         } catch {
             // Nothing is kept for a registration the upstream refused or could not take.

@@ -1,0 +1,104 @@
+public import AuthFlows
+public import Foundation
+import ParleyEncoding
+
+/// A position in the newest-first list of registrations: (created at, id). Keyset
+/// paging from it is stable under concurrent inserts: a new registration sorts before
+/// every page already handed out, so no page repeats or skips a row.
+public struct RegistrationCursor: Sendable, Equatable {
+    public let createdAtMicros: Int64
+    public let id: UUID
+
+    public init(createdAtMicros: Int64, id: UUID) {
+        self.createdAtMicros = createdAtMicros
+        self.id = id
+    }
+
+    /// Opaque to clients: base64url of `micros:uuid`.
+    public var encoded: String { Base64URL.encode(Array("\(createdAtMicros):\(id.uuidString.lowercased())".utf8)) }
+
+    public init?(encoded: String) {
+        guard encoded.utf8.count <= 128, let bytes = Base64.decode(encoded), let text = String(validating: bytes, as: UTF8.self) else {
+            return nil
+        }
+        let parts = text.split(separator: ":", maxSplits: 1)
+        guard parts.count == 2, let micros = Int64(parts[0]), let id = UUID(uuidString: String(parts[1])) else { return nil }
+        self.init(createdAtMicros: micros, id: id)
+    }
+}
+
+/// What the admin list asks for.
+public struct RegistrationQuery: Sendable {
+    public var destination: String?
+    public var userHint: String?
+    public var limit: Int
+    public var after: RegistrationCursor?
+
+    public init(destination: String? = nil, userHint: String? = nil, limit: Int, after: RegistrationCursor? = nil) {
+        self.destination = destination
+        self.userHint = userHint
+        self.limit = limit
+        self.after = after
+    }
+}
+
+/// A token's metadata for administrators: never its value.
+public struct TokenMetadata: Sendable, Equatable {
+    public var registrationID: UUID?
+    public var kind: String
+    public var scopeKey: String
+    public var expiresAt: Date?
+    public var lastUsedAt: Date?
+
+    public init(registrationID: UUID?, kind: String, scopeKey: String, expiresAt: Date?, lastUsedAt: Date?) {
+        self.registrationID = registrationID
+        self.kind = kind
+        self.scopeKey = scopeKey
+        self.expiresAt = expiresAt
+        self.lastUsedAt = lastUsedAt
+    }
+}
+
+/// Which credentials a revocation removes; every given member must match.
+public struct RevocationFilter: Sendable, Equatable {
+    public var registrationID: UUID?
+    public var destination: String?
+    public var userHint: String?
+    public var scopeKey: String?
+
+    public init(registrationID: UUID? = nil, destination: String? = nil, userHint: String? = nil, scopeKey: String? = nil) {
+        self.registrationID = registrationID
+        self.destination = destination
+        self.userHint = userHint
+        self.scopeKey = scopeKey
+    }
+
+    public var isEmpty: Bool { registrationID == nil && destination == nil && userHint == nil && scopeKey == nil }
+}
+
+/// An audit event as stored, with its id and time.
+public struct StoredAuditEvent: Sendable, Equatable {
+    public var id: Int64
+    public var at: Date
+    public var event: AuditEvent
+
+    public init(id: Int64, at: Date, event: AuditEvent) {
+        self.id = id
+        self.at = at
+        self.event = event
+    }
+}
+
+/// The queries and the revocation behind the administration API.
+public protocol AdministrationRepository: Sendable {
+    /// Newest first; each with the cursor that continues after it.
+    func registrations(_ query: RegistrationQuery) async throws -> [(RegistrationRecord, RegistrationCursor)]
+    func tokenMetadata(registrationIDs: [UUID]) async throws -> [UUID: [TokenMetadata]]
+    /// The tokens a filter matches, opened (for revocation at the upstream before they go).
+    func tokens(matching filter: RevocationFilter) async throws -> [(TokenKey, StoredToken)]
+    /// Deletes the matching tokens, and the cookie jar when a registration is named, in
+    /// one transaction; returns how many credential records (token rows, jars) went.
+    func revoke(_ filter: RevocationFilter) async throws -> Int
+    /// Newest first, at or after `since`, before the event id `before`.
+    func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent]
+}

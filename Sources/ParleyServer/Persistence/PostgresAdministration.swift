@@ -1,0 +1,105 @@
+public import AuthFlows
+public import Foundation
+public import ParleyCrypto
+public import Store
+
+/// The administration queries in PostgreSQL.
+public struct PostgresAdministration: AdministrationRepository {
+    let store: PostgresStore
+    let keyRing: KeyRing
+
+    public init(store: PostgresStore, keyRing: KeyRing) {
+        self.store = store
+        self.keyRing = keyRing
+    }
+
+    public func registrations(_ q: RegistrationQuery) async throws -> [(RegistrationRecord, RegistrationCursor)] {
+        let afterMicros = q.after?.createdAtMicros
+        let afterID = q.after?.id
+        let rows = try await store.query(
+            "SELECT " + PostgresRegistrations.columns
+                + """
+                , (extract(epoch FROM created_at) * 1000000)::bigint AS created_us FROM registrations
+                WHERE (\(q.destination)::text IS NULL OR destination = \(q.destination))
+                  AND (\(q.userHint)::text IS NULL OR user_hint = \(q.userHint))
+                  AND (\(afterMicros)::bigint IS NULL
+                       OR (created_at, id) < (timestamptz 'epoch' + \(afterMicros)::bigint * interval '1 microsecond', \(afterID)::uuid))
+                ORDER BY created_at DESC, id DESC LIMIT \(q.limit)
+                """)
+        return try rows.map { row in
+            let record = try RegistrationRecord(row: row)
+            return (record, RegistrationCursor(createdAtMicros: try row.int64("created_us"), id: record.id))
+        }
+    }
+
+    public func tokenMetadata(registrationIDs: [UUID]) async throws -> [UUID: [TokenMetadata]] {
+        guard !registrationIDs.isEmpty else { return [:] }
+        var out: [UUID: [TokenMetadata]] = [:]
+        for id in registrationIDs {
+            let rows = try await store.query(
+                """
+                SELECT kind, scope_key, expires_at, last_used_at FROM tokens WHERE registration_id = \(id) ORDER BY scope_key
+                """)
+            out[id] = try rows.map {
+                TokenMetadata(
+                    registrationID: id, kind: try $0.string("kind"), scopeKey: try $0.string("scope_key"),
+                    expiresAt: try $0.optionalDate("expires_at"), lastUsedAt: try $0.optionalDate("last_used_at"))
+            }
+        }
+        return out
+    }
+
+    static func tokenCondition(_ f: RevocationFilter) -> SQL {
+        """
+        (\(f.registrationID)::uuid IS NULL OR registration_id = \(f.registrationID))
+          AND (\(f.destination)::text IS NULL OR destination = \(f.destination))
+          AND (\(f.scopeKey)::text IS NULL OR scope_key = \(f.scopeKey))
+          AND (\(f.userHint)::text IS NULL OR registration_id IN (SELECT id FROM registrations WHERE user_hint = \(f.userHint)))
+        """
+    }
+
+    public func tokens(matching filter: RevocationFilter) async throws -> [(TokenKey, StoredToken)] {
+        let rows = try await store.query(
+            """
+            SELECT destination, registration_id, scope_key, access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at
+            FROM tokens WHERE
+            """ + " " + Self.tokenCondition(filter))
+        return try rows.map { row in
+            let key = TokenKey(
+                destination: try row.string("destination"), registrationID: try row.optionalUUID("registration_id").map { $0.uuidString.lowercased() },
+                scopeKey: try row.string("scope_key"))
+            return (key, try ConnectionTokens.decode(row, key: key, keyRing: keyRing))
+        }
+    }
+
+    public func revoke(_ filter: RevocationFilter) async throws -> Int {
+        guard !filter.isEmpty else { return 0 }
+        return try await store.withTransaction { connection in
+            var removed = try await connection.execute("DELETE FROM tokens WHERE " + Self.tokenCondition(filter))
+            if let id = filter.registrationID,
+                try await connection.execute("DELETE FROM cookies WHERE registration_id = \(id)") > 0
+            {
+                removed += 1  // one jar
+            }
+            return removed
+        }
+    }
+
+    public func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent] {
+        let rows = try await store.query(
+            """
+            SELECT id, at, actor, action, registration_id, destination, detail::text AS detail FROM audit_events
+            WHERE (\(since)::timestamptz IS NULL OR at >= \(since)) AND (\(before)::bigint IS NULL OR id < \(before))
+            ORDER BY id DESC LIMIT \(limit)
+            """)
+        return try rows.map { row in
+            let detail = (try? JSONSerialization.jsonObject(with: Data(try row.string("detail").utf8))) as? [String: String] ?? [:]
+            return StoredAuditEvent(
+                id: try row.int64("id"), at: try row.date("at"),
+                event: AuditEvent(
+                    action: try row.string("action"), actor: AuditActor(rawValue: try row.string("actor")) ?? .system,
+                    registrationID: try row.optionalUUID("registration_id"), destination: try row.optionalString("destination"),
+                    detail: detail))
+        }
+    }
+}

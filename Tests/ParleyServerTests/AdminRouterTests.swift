@@ -1,0 +1,155 @@
+import AuthFlows
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import ParleyCrypto
+import ParleyEncoding
+@testable import ParleyServer
+import ParleyTesting
+import Testing
+
+/// The administration API and registration policies through the router, on in-memory twins.
+@Suite struct AdminRouterTests {
+    static let admin: HTTPFields = [.authorization: "Bearer \(RouterTests.adminToken)"]
+    static let enrolmentSecret = "enrol-0123456789abcdef"
+
+    static func configuration() throws -> ParleyConfiguration {
+        let open = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()
+        var enrol = DestinationSpec(name: "enrol", url: "https://enrol.example")
+        enrol.registration = .init(policy: "enrolment", enrolmentSecretSha256: Hex.encode(SHA256.hash(Array(enrolmentSecret.utf8))))
+        var approval = DestinationSpec(name: "approve", url: "https://approve.example")
+        approval.registration = .init(policy: "approval")
+        return ParleyConfiguration(
+            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken],
+            destinations: [open, try enrol.validated(), try approval.validated()])
+    }
+
+    static func withRouter(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        let app = buildApplication(configuration: try configuration(), dependencies: .inMemory(), logger: quietLogger)
+        try await app.test(.router) { client in try await body(client) }
+    }
+
+    static func register(_ client: any TestClientProtocol, _ destination: String, hint: String? = nil, headers: HTTPFields = [:])
+        async throws -> TestResponse
+    {
+        var object: [String: Any] = ["destination": destination]
+        if let hint { object["userHint"] = hint }
+        return try await client.execute(uri: "/v1/registrations", method: .post, headers: headers, body: try RouterTests.body(object))
+    }
+
+    @Test func listsNewestFirstInPagesWithTokenMetadataAndNoValues() async throws {
+        try await Self.withRouter { client in
+            var ids: [String] = []
+            for n in 0..<7 {
+                let response = try await Self.register(client, "sim", hint: n % 2 == 0 ? "even" : "odd")
+                ids.append(RouterTests.json(response.body)["id"] as? String ?? "")
+            }
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let uri = "/admin/v1/registrations?limit=3" + (cursor.map { "&cursor=" + $0 } ?? "")
+                let page = try await client.execute(uri: uri, method: .get, headers: Self.admin) { response in
+                    #expect(response.status == .ok)
+                    return RouterTests.json(response.body)
+                }
+                let items = page["items"] as? [[String: Any]] ?? []
+                for item in items {
+                    #expect(item["tokens"] is [Any])
+                    #expect(item["appcid"] is NSNull)
+                    #expect(item["clientToken"] == nil)
+                }
+                seen += items.compactMap { $0["id"] as? String }
+                cursor = page["nextCursor"] as? String
+            } while cursor != nil
+            #expect(Set(seen) == Set(ids))
+            #expect(seen.count == ids.count)
+            let odd = try await client.execute(uri: "/admin/v1/registrations?userHint=odd", method: .get, headers: Self.admin) {
+                RouterTests.json($0.body)["items"] as? [[String: Any]] ?? []
+            }
+            #expect(odd.count == 3)
+            for bad in ["limit=0", "limit=501", "limit=x", "cursor=nonsense", "cursor=" + Base64URL.encode(Array("1:x".utf8))] {
+                RouterTests.expectProblem(
+                    try await client.execute(uri: "/admin/v1/registrations?\(bad)", method: .get, headers: Self.admin), .badRequest, "invalid_request")
+            }
+        }
+    }
+
+    @Test func revocationNeedsAFilterAndCountsWhatItRemoved() async throws {
+        try await Self.withRouter { client in
+            let id = RouterTests.json(try await Self.register(client, "sim").body)["id"] as? String ?? ""
+            for body in ["{}", "{\"upstream\":true}", "{\"registrationId\":\"not-a-uuid\"}", "{\"destination\":\"\"}"] {
+                RouterTests.expectProblem(
+                    try await client.execute(uri: "/admin/v1/revocations", method: .post, headers: Self.admin, body: ByteBuffer(string: body)),
+                    .badRequest, "invalid_request")
+            }
+            try await client.execute(
+                uri: "/admin/v1/revocations", method: .post, headers: Self.admin, body: ByteBuffer(string: "{\"registrationId\":\"\(id)\"}")
+            ) { response in
+                #expect(response.status == .ok)
+                let answer = RouterTests.json(response.body)
+                #expect(answer["revoked"] as? Int == 0)
+                #expect(answer["upstream"] is NSNull)
+            }
+        }
+    }
+
+    @Test func enrolmentPolicyRefusesAMissingOrWrongSecretAndStoresNothing() async throws {
+        try await Self.withRouter { client in
+            for headers: HTTPFields in [[:], [HTTPField.Name("Parley-Enrolment")!: "wrong-secret"]] {
+                RouterTests.expectProblem(try await Self.register(client, "enrol", headers: headers), .forbidden, "forbidden")
+            }
+            let list = try await client.execute(uri: "/admin/v1/registrations", method: .get, headers: Self.admin) {
+                RouterTests.json($0.body)["items"] as? [Any] ?? []
+            }
+            #expect(list.isEmpty)
+            let ok = try await Self.register(client, "enrol", headers: [HTTPField.Name("Parley-Enrolment")!: Self.enrolmentSecret])
+            #expect(ok.status == .created)
+            let audit = try await client.execute(uri: "/admin/v1/audit?limit=50", method: .get, headers: Self.admin) {
+                RouterTests.json($0.body)["items"] as? [[String: Any]] ?? []
+            }
+            #expect(audit.filter { $0["action"] as? String == "registration.refused" }.count == 2)
+            #expect(!String(describing: audit).contains("wrong-secret"), "the presented secret reached the audit log")
+        }
+    }
+
+    @Test func approvalPolicyWaitsForAnAdministrator() async throws {
+        try await Self.withRouter { client in
+            let created = RouterTests.json(try await Self.register(client, "approve").body)
+            #expect(created["status"] as? String == "pending_approval")
+            let id = created["id"] as? String ?? ""
+            let auth: HTTPFields = [.authorization: "Bearer \(created["clientToken"] as? String ?? "")"]
+            // No proxying and no flows while it waits; its own view works.
+            RouterTests.expectProblem(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth), .forbidden, "forbidden")
+            RouterTests.expectProblem(
+                try await client.execute(uri: "/v1/flows", method: .post, headers: auth, body: ByteBuffer(string: "{}")), .forbidden, "forbidden")
+            #expect(try await client.execute(uri: "/v1/registrations/me", method: .get, headers: auth).status == .ok)
+            // Only an admin approves, once.
+            RouterTests.expectProblem(
+                try await client.execute(uri: "/admin/v1/registrations/\(id)/approval", method: .post, headers: auth), .unauthorized,
+                "invalid_admin_token")
+            try await client.execute(uri: "/admin/v1/registrations/\(id)/approval", method: .post, headers: Self.admin) { response in
+                #expect(response.status == .ok)
+                #expect(RouterTests.json(response.body)["status"] as? String == "active")
+            }
+            RouterTests.expectProblem(
+                try await client.execute(uri: "/admin/v1/registrations/\(id)/approval", method: .post, headers: Self.admin), .badRequest,
+                "invalid_request")
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth).status != .forbidden)
+            // Admin teardown.
+            #expect(try await client.execute(uri: "/admin/v1/registrations/\(id)", method: .delete, headers: Self.admin).status == .noContent)
+            RouterTests.expectProblem(try await client.execute(uri: "/v1/registrations/me", method: .get, headers: auth), .unauthorized, "invalid_client_token")
+            RouterTests.expectProblem(
+                try await client.execute(uri: "/admin/v1/registrations/\(id)", method: .delete, headers: Self.admin), .notFound, "not_found")
+        }
+    }
+
+    @Test func aBadPolicyIsAConfigurationProblem() {
+        var spec = DestinationSpec(name: "p", url: "https://p.example")
+        spec.registration = .init(policy: "enrolment", enrolmentSecretSha256: "abc")
+        #expect(throws: DestinationSpec.Invalid.self) { try spec.validated() }
+        spec.registration = .init(policy: "sometimes")
+        #expect(throws: DestinationSpec.Invalid.self) { try spec.validated() }
+    }
+}
