@@ -133,8 +133,8 @@ public enum EmbeddedMigrations {
             ALTER TABLE registrations ADD CONSTRAINT registrations_status_check
                 CHECK (status IN ('active', 'login_required', 'pending_approval'));
             -- Admin listings filter by user hint, newest first.
-            CREATE INDEX registrations_user_hint ON registrations (user_hint, created_at DESC, id DESC);
-            CREATE INDEX registrations_destination ON registrations (destination, created_at DESC, id DESC);
+            DROP INDEX registrations_user_hint;
+            CREATE INDEX registrations_user_hint_created ON registrations (user_hint, created_at DESC, id DESC);
 
             """#
         ),
