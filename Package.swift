@@ -74,7 +74,7 @@ let package = Package(
         .executableTarget(
             name: "parley",
             dependencies: [
-                "ParleyServer", "CurlTransport", "Store",
+                "ParleyServer", "CurlTransport", "Store", "Conversation", "ParleyEncoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

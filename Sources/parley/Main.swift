@@ -16,7 +16,7 @@ struct ParleyCommand: AsyncParsableCommand {
         abstract: "Parley, a token broker between thin clients and SAML2-, OTP- and OAuth2-protected back ends.",
         discussion: "Configuration comes from PARLEY_* environment variables (see docs/api.md); every problem is reported at once (exit 78).",
         version: version,
-        subcommands: [Serve.self, Migrate.self, Version.self],
+        subcommands: [Serve.self, Migrate.self, Admin.self, Version.self],
         defaultSubcommand: Serve.self)
 }
 

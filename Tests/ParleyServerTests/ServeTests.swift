@@ -121,15 +121,52 @@ import UpstreamSimulator
         await parley.stop()
     }
 
+    /// `parley admin …` against a running binary: the admin API through libcurl.
+    @Test func adminCommandsTalkToARunningInstance() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        var env = Self.environment(database: database, destinations: try Self.destinationsFile(simulatorPort: 1))
+        env["PARLEY_ADMIN_TOKENS"] = "cli-admin-token-0123456789"
+        let parley = try await ParleyProcess.start(environment: env)
+        defer { Task { await parley.stop() } }
+        let registered = try await RawHTTP.request(
+            port: parley.port, method: "POST", target: "/v1/registrations", headers: [("Content-Type", "application/json")],
+            body: Array(#"{"destination":"sim","userHint":"cli-user"}"#.utf8))
+        let id = try #require(registered.json?["id"] as? String)
+
+        func admin(_ arguments: [String], token: String = "cli-admin-token-0123456789") async throws -> (Int32, String) {
+            let run = try await ParleyProcess.start(
+                arguments: ["admin"] + arguments + ["--url", "http://127.0.0.1:\(parley.port)"],
+                environment: ["PARLEY_ADMIN_TOKEN": token], waitForReady: false)
+            return (try await run.waitForExit(), run.log)
+        }
+        let (listed, listing) = try await admin(["registrations", "--user-hint", "cli-user"])
+        #expect(listed == 0)
+        #expect(listing.contains(id))
+        let (shown, shownText) = try await admin(["show", id])
+        #expect(shown == 0 && shownText.contains("\"tokens\""))
+        let (revoked, revokedText) = try await admin(["revoke", "--registration-id", id])
+        #expect(revoked == 0 && revokedText.contains("\"revoked\""))
+        let (audited, auditText) = try await admin(["audit", "--limit", "5"])
+        #expect(audited == 0 && auditText.contains("admin.revocation"))
+        #expect(try await admin(["revoke"]).0 == 64, "a revocation without a filter is refused before any call")
+        let (refused, refusedText) = try await admin(["registrations"], token: "wrong-admin-token-000000")
+        #expect(refused == 1 && refusedText.contains("invalid_admin_token"))
+        let (deleted, _) = try await admin(["delete", id])
+        #expect(deleted == 0)
+        #expect(try await admin(["show", id]).0 == 1)
+        await parley.stop()
+    }
+
     @Test func everyCommandExplainsItself() async throws {
-        for arguments in [["--help"], ["serve", "--help"], ["migrate", "--help"], ["version", "--help"]] {
+        for arguments in [["--help"], ["serve", "--help"], ["migrate", "--help"], ["version", "--help"], ["admin", "--help"], ["admin", "revoke", "--help"]] {
             let help = try await ParleyProcess.start(arguments: arguments, environment: [:], waitForReady: false)
             #expect(try await help.waitForExit() == 0, "parley \(arguments.joined(separator: " "))")
             #expect(help.log.contains("USAGE: parley"), "parley \(arguments.joined(separator: " "))")
         }
         let top = try await ParleyProcess.start(arguments: ["--help"], environment: [:], waitForReady: false)
         _ = try await top.waitForExit()
-        for command in ["serve", "migrate", "version"] { #expect(top.log.contains(command)) }
+        for command in ["serve", "migrate", "admin", "version"] { #expect(top.log.contains(command)) }
         let version = try await ParleyProcess.start(arguments: ["version"], environment: [:], waitForReady: false)
         #expect(try await version.waitForExit() == 0)
         #expect(version.log.contains("parley 0."))
