@@ -12,7 +12,8 @@
 # token halfway through the run.
 #
 # Checks: not_a_server_error, status_code_conformance, content_type_conformance,
-# response_schema_conformance, response_headers_conformance. Positive data only, a bounded
+# response_schema_conformance, response_headers_conformance, and ignored_auth (the same
+# calls without a token must be refused with 401). Positive data only, a bounded
 # number of examples per operation, a fixed seed. Prints the operations and test cases of
 # each run and in total; exits non-zero when any check fails or a run errs.
 #
@@ -55,7 +56,6 @@ if [ "$installed" != "$pinned" ]; then
       exit 1
     fi
   fi
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
 fi
 version_line="$("$venv/bin/schemathesis" --version)"
@@ -76,7 +76,36 @@ EOF
 export PARLEY_SCHEMATHESIS_CLIENT_TOKEN="$2"
 export PARLEY_SCHEMATHESIS_ADMIN_TOKEN="$3"
 
-checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance
+# A wrong token would turn every call into a documented 401 and the run into a vacuous pass:
+# both tokens must work before anything is generated.
+"$venv/bin/python" - "$base_url" <<'PY' || exit 1
+import os, sys, time, urllib.error, urllib.request
+base = sys.argv[1]
+ok = True
+deadline = time.monotonic() + 30  # Parley may still be starting
+for name, path, variable in (("client", "/v1/registrations/me", "PARLEY_SCHEMATHESIS_CLIENT_TOKEN"),
+                             ("admin", "/admin/v1/audit?limit=1", "PARLEY_SCHEMATHESIS_ADMIN_TOKEN")):
+    request = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + os.environ[variable]})
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status = response.status
+            break
+        except urllib.error.HTTPError as error:
+            status = error.code
+            break
+        except OSError as error:
+            if time.monotonic() > deadline:
+                print(f"schemathesis.sh: {base} cannot be reached: {error}", file=sys.stderr)
+                sys.exit(1)
+            time.sleep(1)
+    if status != 200:
+        print(f"schemathesis.sh: the {name} token is not accepted (GET {path} answered {status})", file=sys.stderr)
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+
+checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,ignored_auth
 common=(
   --url "$base_url"
   --checks "$checks"
@@ -123,7 +152,8 @@ run() {
   "$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run "$schema" "${common[@]}" \
     --report ndjson --report-ndjson-path "$work/$name.ndjson" "$@" || rc=$?
   local operations=0 cases=0
-  if [ -s "$work/$name.ndjson" ]; then read -r operations cases < <(count "$work/$name.ndjson"); fi
+  if [ -s "$work/$name.ndjson" ]; then read -r operations cases < <(count "$work/$name.ndjson") || true; fi
+  operations="${operations:-0}" cases="${cases:-0}"
   total_operations=$((total_operations + operations))
   total_cases=$((total_cases + cases))
   local verdict=passed

@@ -11,6 +11,9 @@ public final class CSRFTokenCache: Sendable {
     func token(for key: String) -> String? { tokens.withLock { $0[key] } }
     func set(_ token: String?, for key: String) { tokens.withLock { $0[key] = token } }
 
+    /// Forgets every token (a lost cache signal).
+    public func forgetAll() { tokens.withLock { $0.removeAll() } }
+
     /// Forgets every token of a registration.
     public func forget(registrationID: String) {
         tokens.withLock { $0 = $0.filter { !$0.key.hasPrefix(registrationID + "|") } }

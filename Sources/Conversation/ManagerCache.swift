@@ -54,6 +54,11 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
         state.withLock { _ = $0.entries.removeValue(forKey: key) }
     }
 
+    /// Forgets every manager (a lost cache signal: anything may have changed meanwhile).
+    public func evictAll() {
+        state.withLock { $0.entries.removeAll() }
+    }
+
     public var count: Int { state.withLock { $0.entries.count } }
 
     /// Removes idle entries, looking at up to 8 per call.

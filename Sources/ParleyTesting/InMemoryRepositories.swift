@@ -109,6 +109,8 @@ public final class InMemoryCookies: CookieRepository {
 
     public func forget(registrationID: String) {}
 
+    public func setCaching(_ enabled: Bool) {}
+
     public func cookies(registrationID: String) async throws -> [StoredCookie] { jars.withLock { $0[registrationID] ?? [] } }
 
     public func apply(registrationID: String, store add: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
@@ -253,6 +255,24 @@ public final class InMemoryFlowSignals: FlowSignals {
     }
 }
 
+/// Cache signals within one process: the signal is up from the start.
+public final class InMemoryCacheSignals: CacheSignals {
+    private let subscribers = Mutex<[AsyncStream<CacheEvent>.Continuation]>([])
+
+    public init() {}
+
+    public func announce(registrationID: UUID) async throws {
+        for subscriber in subscribers.withLock({ $0 }) { subscriber.yield(.registration(registrationID)) }
+    }
+
+    public func events() -> any AsyncSequence<CacheEvent, Never> & Sendable {
+        let (stream, continuation) = AsyncStream<CacheEvent>.makeStream()
+        continuation.yield(.all)
+        subscribers.withLock { $0.append(continuation) }
+        return stream
+    }
+}
+
 /// A readiness answer a test sets.
 public final class StaticReadiness: ReadinessProbe {
     private let ready: Mutex<Bool>
@@ -298,6 +318,7 @@ extension ParleyDependencies {
         return ParleyDependencies(
             registrations: registrations, flows: InMemoryFlows(), cookies: cookies, tokens: tokens, audit: audit,
             administration: InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit),
-            flowSignals: InMemoryFlowSignals(), readiness: readiness, transport: transport, clock: clock)
+            flowSignals: InMemoryFlowSignals(), cacheSignals: InMemoryCacheSignals(), readiness: readiness, transport: transport,
+            clock: clock)
     }
 }

@@ -69,7 +69,7 @@ import Testing
                 RouterTests.json($0.body)["items"] as? [[String: Any]] ?? []
             }
             #expect(odd.count == 3)
-            for bad in ["limit=0", "limit=501", "limit=x", "cursor=nonsense", "cursor=" + Base64URL.encode(Array("1:x".utf8))] {
+            for bad in ["limit=0", "limit=501", "limit=x", "cursor=nonsense", "cursor=" + Base64URL.encode(Array("1:x".utf8)), "userHint=a%00b"] {
                 RouterTests.expectProblem(
                     try await client.execute(uri: "/admin/v1/registrations?\(bad)", method: .get, headers: Self.admin), .badRequest, "invalid_request")
             }
@@ -79,7 +79,7 @@ import Testing
     @Test func revocationNeedsAFilterAndCountsWhatItRemoved() async throws {
         try await Self.withRouter { client in
             let id = RouterTests.json(try await Self.register(client, "sim").body)["id"] as? String ?? ""
-            for body in ["{}", "{\"upstream\":true}", "{\"registrationId\":\"not-a-uuid\"}", "{\"destination\":\"\"}"] {
+            for body in ["{}", "{\"upstream\":true}", "{\"registrationId\":\"not-a-uuid\"}", "{\"destination\":\"\"}", "{\"userHint\":\"a\\u0000b\"}"] {
                 RouterTests.expectProblem(
                     try await client.execute(uri: "/admin/v1/revocations", method: .post, headers: Self.admin, body: ByteBuffer(string: body)),
                     .badRequest, "invalid_request")

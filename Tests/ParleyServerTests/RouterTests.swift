@@ -79,7 +79,7 @@ import Testing
         let router = buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
         let routes = Set(router.routes.map { "\($0.method.rawValue) \($0.path)" })
         var expected: Set<String> = [
-            "GET /healthz", "GET /readyz", "GET /metrics",
+            "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json",
             "POST /v1/registrations", "GET /v1/registrations/me", "DELETE /v1/registrations/me",
             "POST /v1/flows", "GET /v1/flows/{id}",
             "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
@@ -94,6 +94,32 @@ import Testing
             expected.insert("\(method.rawValue) /web/{destination}/**")
         }
         #expect(routes == expected)
+    }
+
+    /// The OpenAPI document describes exactly the routes the router serves (MERGE, which
+    /// OpenAPI cannot name, aside), and the binary serves the document in docs/.
+    @Test func theOpenAPIDocumentDescribesEveryRouteAndNothingElse() async throws {
+        let router = buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
+        let served = Set(
+            router.routes.filter { $0.method.rawValue != "MERGE" }.map { route in
+                "\(route.method.rawValue) " + route.path.description.replacingOccurrences(of: "/**", with: "/{path}")
+            })
+        let text = try String(contentsOfFile: packageRoot + "/docs/openapi.json", encoding: .utf8)
+        #expect(text == EmbeddedOpenAPI.json, "run scripts/embed-resources.sh")
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        #expect((document["openapi"] as? String)?.hasPrefix("3.1") == true)
+        let paths = try #require(document["paths"] as? [String: [String: Any]])
+        let methods: Set<String> = ["get", "put", "post", "delete", "options", "head", "patch", "trace"]
+        let described = Set(paths.flatMap { path, item in item.keys.filter(methods.contains).map { "\($0.uppercased()) \(path)" } })
+        #expect(served.subtracting(described).sorted() == [], "routes the document lacks")
+        #expect(described.subtracting(served).sorted() == [], "documented operations no route serves")
+        try await Self.withRouter { client in
+            try await client.execute(uri: "/openapi.json", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType] == "application/json")
+                #expect(String(buffer: response.body) == text)
+            }
+        }
     }
 
     @Test func unknownPathsAre404AndKnownPathsWithAnotherMethodAre405() async throws {
@@ -229,6 +255,7 @@ import Testing
                 (try Self.body(["destination": 7]), .badRequest, "invalid_request"),
                 (try Self.body(["destination": "nowhere"]), .badRequest, "invalid_request"),
                 (try Self.body(["destination": "as", "returnUrl": "app://elsewhere"]), .badRequest, "invalid_request"),
+                (try Self.body(["destination": "as", "returnUrl": "app://done\u{0}"]), .badRequest, "invalid_request"),
                 (try Self.body(["destination": "sim", "userHint": String(repeating: "u", count: 300)]), .badRequest, "invalid_request"),
                 (try Self.body(["destination": "sim", "clientCertificate": ["pkcs12": "***"]]), .badRequest, "invalid_request"),
                 (ByteBuffer(string: "{\"destination\":\"" + String(repeating: "a", count: 70_000) + "\"}"), .contentTooLarge, "payload_too_large"),
@@ -337,8 +364,8 @@ import Testing
     @Test func embeddedMigrationsAreTheFilesInMigrations() throws {
         let files = try Migrator.load(directory: migrationsDirectory)
         let embedded = try Migrator.load(embedded: EmbeddedMigrations.files)
-        #expect(embedded.map(\.name) == files.map(\.name), "run scripts/embed-migrations.sh")
-        #expect(embedded.map(\.checksum) == files.map(\.checksum), "run scripts/embed-migrations.sh")
+        #expect(embedded.map(\.name) == files.map(\.name), "run scripts/embed-resources.sh")
+        #expect(embedded.map(\.checksum) == files.map(\.checksum), "run scripts/embed-resources.sh")
     }
 
     @Test func aBadDestinationsFileReportsEveryProblemAtOnce() throws {

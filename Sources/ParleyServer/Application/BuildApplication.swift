@@ -15,6 +15,7 @@ public struct ParleyDependencies: Sendable {
     public var audit: any AuditRepository
     public var administration: any AdministrationRepository
     public var flowSignals: any FlowSignals
+    public var cacheSignals: any CacheSignals
     public var readiness: any ReadinessProbe
     public var transport: any Transport
     public var clock: any WallClock
@@ -23,7 +24,8 @@ public struct ParleyDependencies: Sendable {
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
-        audit: any AuditRepository, administration: any AdministrationRepository, flowSignals: any FlowSignals, readiness: any ReadinessProbe, transport: any Transport,
+        audit: any AuditRepository, administration: any AdministrationRepository, flowSignals: any FlowSignals,
+        cacheSignals: any CacheSignals, readiness: any ReadinessProbe, transport: any Transport,
         clock: any WallClock, services: [any Service] = []
     ) {
         self.registrations = registrations
@@ -33,6 +35,7 @@ public struct ParleyDependencies: Sendable {
         self.audit = audit
         self.administration = administration
         self.flowSignals = flowSignals
+        self.cacheSignals = cacheSignals
         self.readiness = readiness
         self.transport = transport
         self.clock = clock
@@ -51,16 +54,23 @@ public struct ParleyDependencies: Sendable {
             cookies: PostgresCookies(store: store, keyRing: configuration.keyRing),
             tokens: PostgresTokens(store: store, keyRing: configuration.keyRing), audit: PostgresAudit(store: store),
             administration: PostgresAdministration(store: store, keyRing: configuration.keyRing),
-            flowSignals: signals, readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
+            flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
     }
 }
 
-/// The composition root: wires the rooms once, from configuration and dependencies,
-/// and returns the router with every route.
+/// The router with every route (see `compose`).
 public func buildRouter(
-    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger
+    configuration: ParleyConfiguration, dependencies: ParleyDependencies, metrics: Metrics, logger: Logger
 ) -> Router<ParleyRequestContext> {
+    compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger).router
+}
+
+/// The composition root: wires the rooms once, from configuration and dependencies;
+/// returns the router with every route and the services the rooms need running.
+func compose(
+    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger
+) -> (router: Router<ParleyRequestContext>, services: [any Service]) {
     let secrets = Secrets(keyRing: configuration.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
@@ -74,17 +84,18 @@ public func buildRouter(
         browserManagers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens)
     let clientTokens = ClientTokens(registrations: d.registrations)
+    let invalidation = CacheInvalidation(signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
     let flows = FlowService(
         flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.publicURL,
         completions: [
             .smpRegistration: SMPActivation(
-                registrations: d.registrations, registrar: registrar, conversations: conversations, clientTokens: clientTokens,
+                registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
                 secrets: secrets, audit: audit)
         ])
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
-        secrets: secrets, clientTokens: clientTokens, audit: audit, metrics: metrics, clock: d.clock)
+        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock)
     let binding = HostedBinding(publicURL: configuration.publicURL)
     // The flow kinds: one line each.
     let kinds = FlowKinds([
@@ -94,7 +105,7 @@ public func buildRouter(
         SAML2Flow(hosted: binding),
         OTPFlow(hosted: binding, flows: flows, registrations: d.registrations, conversations: conversations),
         BasicFormFlow(
-            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, clientTokens: clientTokens,
+            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, invalidation: invalidation,
             publicURL: configuration.publicURL),
     ])
     let hostedUpstream = HostedUpstream(
@@ -111,7 +122,8 @@ public func buildRouter(
             spoolDirectory: configuration.spoolDirectory),
         admin: AdminController(
             administration: Administration(
-                repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations, audit: audit),
+                repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
+                invalidation: invalidation, audit: audit),
             service: registrations, maxJSONBytes: configuration.maxJSONBytes),
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes)
@@ -127,7 +139,7 @@ public func buildRouter(
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
-    return router
+    return (router, [invalidation])
 }
 
 /// The Hummingbird application: the router plus the services it depends on.
@@ -137,10 +149,11 @@ public func buildApplication(
     configuration: ParleyConfiguration, dependencies: ParleyDependencies, metrics: Metrics = Metrics(), logger: Logger,
     extraServices: [any Service] = [], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
-    Application(
-        router: buildRouter(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger),
+    let composed = compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger)
+    return Application(
+        router: composed.router,
         configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
-        services: dependencies.services + extraServices,
+        services: dependencies.services + composed.services + extraServices,
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
         logger: logger)
 }

@@ -23,6 +23,7 @@ func addRoutes(
     router.get("/healthz", use: c.operations.health)
     router.get("/readyz", use: c.operations.ready)
     router.get("/metrics", use: c.operations.metricsText)
+    router.get("/openapi.json", use: c.operations.openAPI)
 
     // Thin clients. Registering needs no token; everything else needs the client token.
     router.post("/v1/registrations", use: c.registrations.create)

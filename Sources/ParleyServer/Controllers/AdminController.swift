@@ -11,8 +11,9 @@ struct AdminController: Sendable {
     @Sendable func registrations(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let page = try await administration.list(
-            destination: query.get("destination"), userHint: query.get("userHint"), limit: try Administration.limit(query.get("limit")),
-            cursor: query.get("cursor"), admin: context.admin)
+            destination: try Problem.checkedText(query.get("destination"), "destination"),
+            userHint: try Problem.checkedText(query.get("userHint"), "userHint"), limit: try Administration.limit(query.get("limit")),
+            cursor: try Problem.checkedText(query.get("cursor"), "cursor"), admin: context.admin)
         return JSONBody.response(.ok, page)
     }
 
@@ -46,7 +47,8 @@ struct AdminController: Sendable {
     @Sendable func auditEvents(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let query = request.uri.queryParameters
         let page = try await administration.auditPage(
-            since: query.get("since"), limit: try Administration.limit(query.get("limit")), cursor: query.get("cursor"), admin: context.admin)
+            since: try Problem.checkedText(query.get("since"), "since"), limit: try Administration.limit(query.get("limit")),
+            cursor: try Problem.checkedText(query.get("cursor"), "cursor"), admin: context.admin)
         return JSONBody.response(.ok, page)
     }
 }

@@ -15,6 +15,13 @@ struct OperationsController: Sendable {
         return JSONBody.response(.ok, .object(["status": .string("ready")]))
     }
 
+    /// The OpenAPI 3.1 description of the thin-client and administration APIs.
+    @Sendable func openAPI(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache"],
+            body: .init(byteBuffer: ByteBuffer(string: EmbeddedOpenAPI.json)))
+    }
+
     @Sendable func metricsText(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         Response(
             status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.render())))

@@ -22,7 +22,7 @@ struct BasicFormFlow: FlowKindHandler {
     let registrations: any RegistrationRepository
     let conversations: Conversations
     let secrets: Secrets
-    let clientTokens: ClientTokens
+    let invalidation: CacheInvalidation
     let publicURL: String
 
     func isOffered(by destination: Destination) -> Bool { destination.basic?.form == true }
@@ -80,8 +80,7 @@ struct BasicFormFlow: FlowKindHandler {
         let credentials = UserCredentials(username: username, password: password)
         if try await accepted(credentials, registration: registration, destination: destination, url: flow.challengeURL) {
             try await registrations.setCredentials(id: registration.id, sealed: try secrets.seal(credentials: credentials, id: registration.id))
-            conversations.evict(registration.id)
-            clientTokens.forgetAll()  // no cached registration without its new credentials
+            await invalidation.changed(registration.id)  // no cached registration or manager without them
             try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
             return Page.redirect(flows.doneURL(flow), status: .seeOther)
         }

@@ -80,6 +80,15 @@ public struct Problem: HTTPResponseError, Sendable {
 
     static func invalid(_ detail: String) -> Problem { Problem(.badRequest, .invalidRequest, detail) }
 
+    /// `value` unless it has control characters (NUL included: PostgreSQL refuses it) or
+    /// more than `maxBytes` bytes; `400 invalid_request` naming `field` otherwise.
+    static func checkedText(_ value: String?, _ field: String, maxBytes: Int = 2048) throws(Problem) -> String? {
+        guard let value else { return nil }
+        guard !value.isEmpty, value.utf8.count <= maxBytes, !value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+        else { throw invalid("\(field) must be 1 to \(maxBytes) bytes without control characters") }
+        return value
+    }
+
     static func notFound(_ detail: String = "no such resource") -> Problem { Problem(.notFound, .notFound, detail) }
 
     static var invalidClientToken: Problem {

@@ -8,8 +8,8 @@ public import Store
 public struct PostgresCookies: CookieRepository {
     let store: PostgresStore
     let keyRing: KeyRing
-    /// A registration's jar as last read here (at most 500 ms old); local writes drop it.
-    let cache = ShortCache<String, [StoredCookie]>(lifetime: .milliseconds(500))
+    /// A registration's jar as last read here; cache signals (and local writes) drop it.
+    let cache = InvalidatedCache<String, [StoredCookie]>()
 
     public init(store: PostgresStore, keyRing: KeyRing) {
         self.store = store
@@ -17,6 +17,8 @@ public struct PostgresCookies: CookieRepository {
     }
 
     public func forget(registrationID: String) { cache.remove(registrationID) }
+
+    public func setCaching(_ enabled: Bool) { cache.setEnabled(enabled) }
 
     public func cookies(registrationID: String) async throws -> [StoredCookie] {
         if let cached = cache.value(for: registrationID) { return cached }
@@ -66,6 +68,9 @@ public struct PostgresCookies: CookieRepository {
                         expires_at = EXCLUDED.expires_at, updated_at = now()
                     """)
             }
+            // Every instance drops its copy of this jar when the transaction commits.
+            try await connection.execute(
+                "SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(cookieJarOf: id)))")
         }
     }
 }

@@ -39,6 +39,8 @@ public protocol FlowRepository: Sendable {
 /// A registration's cookie jar, plus a way to drop what this instance remembers of it.
 public protocol CookieRepository: CookieRecords {
     func forget(registrationID: String)
+    /// Follows the cache signal: no caching while it is lost.
+    func setCaching(_ enabled: Bool)
 }
 
 /// OAuth2 tokens, plus the listing a deregistration revokes.
@@ -61,4 +63,25 @@ public protocol FlowSignals: Sendable {
 /// Whether this instance can serve: the database is reachable and migrated.
 public protocol ReadinessProbe: Sendable {
     func isReady() async -> Bool
+}
+
+/// What an instance may remember changed somewhere (a revocation, a deregistration, new
+/// cookies, an activation): every instance drops it.
+public enum CacheEvent: Sendable, Equatable {
+    /// One registration's cached state (client-token lookup, cookie jar, managers, CSRF tokens).
+    case registration(UUID)
+    /// Only a registration's cookie jar changed (new or expired cookies from the upstream).
+    case cookieJar(UUID)
+    /// Drop everything, then cache again: the signal is (back) up, and notifications
+    /// may have been missed before.
+    case all
+    /// The signal is lost: drop everything and cache nothing until `all`.
+    case suspended
+}
+
+/// Carries cache invalidations between instances.
+public protocol CacheSignals: Sendable {
+    func announce(registrationID: UUID) async throws
+    /// The events for this instance, from its start.
+    func events() -> any AsyncSequence<CacheEvent, Never> & Sendable
 }

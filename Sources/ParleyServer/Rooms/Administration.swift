@@ -23,6 +23,7 @@ struct Administration: Sendable {
     let registrations: any RegistrationRepository
     let service: RegistrationService
     let conversations: Conversations
+    let invalidation: CacheInvalidation
     let audit: AuditLog
 
     /// `limit` from a query: 1…500, default 50.
@@ -48,7 +49,8 @@ struct Administration: Sendable {
         }
         let page = try await repository.registrations(RegistrationQuery(destination: destination, userHint: userHint, limit: limit, after: after))
         let tokens = try await repository.tokenMetadata(registrationIDs: page.map(\.0.id))
-        let items = try page.map { try view($0.0, tokens: tokens[$0.0.id] ?? []) }
+        var items: [JSONValue] = []
+        for (record, _) in page { items.append(try await view(record, tokens: tokens[record.id] ?? [])) }
         await audit.record(
             "admin.registrations.listed", actor: .admin, destination: destination,
             detail: ["admin": admin.name, "count": String(items.count)])
@@ -59,12 +61,13 @@ struct Administration: Sendable {
         let tokens = try await repository.tokenMetadata(registrationIDs: [record.id])[record.id] ?? []
         await audit.record(
             "admin.registration.read", actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
-        return try view(record, tokens: tokens)
+        return try await view(record, tokens: tokens)
     }
 
-    /// The registration shape (without the APPCID) plus token metadata.
-    func view(_ record: RegistrationRecord, tokens: [TokenMetadata]) throws -> JSONValue {
-        guard case .object(var object) = try service.view(record, showAppcid: false) else { return .null }
+    /// The registration shape (without the APPCID, with the flow a `login_required` one waits on) plus token metadata.
+    func view(_ record: RegistrationRecord, tokens: [TokenMetadata]) async throws -> JSONValue {
+        let flow = try await service.pendingFlow(of: record)
+        guard case .object(var object) = try service.view(record, flow: flow, showAppcid: false) else { return .null }
         object["tokens"] = .array(
             tokens.map {
                 .object([
@@ -83,9 +86,9 @@ struct Administration: Sendable {
             guard let uuid = UUID(uuidString: id) else { throw Problem.invalid("registrationId must be a UUID") }
             filter.registrationID = uuid
         }
-        for value in [input.destination, input.userHint, input.scopeKey] {
-            if let value, value.isEmpty || value.utf8.count > 2048 { throw Problem.invalid("filters must be non-empty and at most 2048 bytes") }
-        }
+        _ = try Problem.checkedText(input.destination, "destination")
+        _ = try Problem.checkedText(input.userHint, "userHint")
+        _ = try Problem.checkedText(input.scopeKey, "scopeKey")
         guard !filter.isEmpty else {
             throw Problem.invalid("name at least one of registrationId, destination, userHint, scopeKey: a revocation of everything is refused")
         }
@@ -105,7 +108,7 @@ struct Administration: Sendable {
             }
         }
         let revoked = try await repository.revoke(filter)
-        if let id = filter.registrationID { conversations.forget(id) }
+        if let id = filter.registrationID { await invalidation.changed(id) }
         var detail = ["admin": admin.name, "revoked": String(revoked)]
         if let id = filter.registrationID { detail["registrationId"] = id.uuidString.lowercased() }
         if let hint = filter.userHint { detail["userHint"] = hint }

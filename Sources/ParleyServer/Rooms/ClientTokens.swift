@@ -2,12 +2,12 @@ import Foundation
 import ParleyCrypto
 
 /// Finds the registration a client token stands for. Only the token's SHA-256 is
-/// looked up. The proxy path may use an answer at most 500 ms old (see `ShortCache`).
+/// looked up. The proxy path keeps answers in a cache that cache signals keep current.
 final class ClientTokens: Sendable {
     static let maxTokenBytes = 512
 
     let registrations: any RegistrationRepository
-    private let recent = ShortCache<[UInt8], RegistrationRecord>(lifetime: .milliseconds(500))
+    let recent = InvalidatedCache<[UInt8], RegistrationRecord>()
 
     init(registrations: any RegistrationRepository) { self.registrations = registrations }
 
@@ -20,6 +20,6 @@ final class ClientTokens: Sendable {
         return registration
     }
 
-    /// A registration changed or went away here: no cached answer may outlive it.
-    func forgetAll() { recent.removeAll() }
+    /// A registration changed or went away: no cached answer may outlive it.
+    func forget(_ registrationID: UUID) { recent.removeAll { $1.id == registrationID } }
 }

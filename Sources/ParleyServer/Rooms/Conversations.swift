@@ -53,6 +53,13 @@ struct Conversations: Sendable {
         csrfTokens.forget(registrationID: id)
     }
 
+    /// Everything this instance remembers of every registration.
+    func forgetAll() {
+        managers.evictAll()
+        browserManagers.evictAll()
+        csrfTokens.forgetAll()
+    }
+
     func tokenEndpoint(for destination: Destination) -> TokenEndpointClient? {
         configurator.tokenEndpoint(for: destination)
     }

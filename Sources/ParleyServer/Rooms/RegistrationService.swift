@@ -30,7 +30,7 @@ struct RegistrationService: Sendable {
     let registrar: SMPRegistrar
     let flows: FlowService
     let secrets: Secrets
-    let clientTokens: ClientTokens
+    let invalidation: CacheInvalidation
     let audit: AuditLog
     let metrics: Metrics
     let clock: any WallClock
@@ -51,7 +51,7 @@ struct RegistrationService: Sendable {
                 throw Problem.invalid("\(field) must be at most 256 printable characters")
             }
         }
-        if let returnUrl = input.returnUrl, !destination.allowsReturnURL(returnUrl) {
+        if let returnUrl = try Problem.checkedText(input.returnUrl, "returnUrl"), !destination.allowsReturnURL(returnUrl) {
             throw Problem.invalid("returnUrl is not allowed for this destination")
         }
         var certificate: ClientCertificateMaterial?
@@ -83,14 +83,15 @@ struct RegistrationService: Sendable {
         var logger = logger
         logger[metadataKey: "registration.id"] = .string(record.idString)
         logger[metadataKey: "destination"] = .string(destination.name)
-        metrics.increment(.registrations, [("action", "created")])
         if waits {
+            metrics.increment(.registrations, [("action", "created")])
             await audit.record(
                 "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["policy": "approval"])
             logger.info("registration waits for approval")
             return Created(record: record, clientToken: token, flow: nil)
         }
         let proceeded = try await proceed(record, destination: destination, actor: .client, logger: logger)
+        metrics.increment(.registrations, [("action", "created")])
         return Created(record: proceeded.record, clientToken: token, flow: proceeded.flow)
     }
 
@@ -99,7 +100,7 @@ struct RegistrationService: Sendable {
         guard record.status == .pendingApproval else { throw Problem.invalid("the registration is not waiting for approval") }
         let destination = try conversations.destination(of: record)
         try await registrations.setStatus(.active, id: record.id)
-        clientTokens.forgetAll()
+        await invalidation.changed(record.id)
         var active = record
         active.status = .active
         await audit.record(
@@ -169,8 +170,7 @@ struct RegistrationService: Sendable {
         }
         await revokeUpstream(registration: record)
         try await registrations.delete(id: record.id)
-        clientTokens.forgetAll()
-        conversations.forget(record.id)
+        await invalidation.changed(record.id)  // every instance stops using it at once
         await audit.record("registration.deleted", actor: actor, registrationID: record.id, destination: record.destination)
         metrics.increment(.registrations, [("action", "deleted")])
         logger.info("registration deleted", metadata: ["registration.id": .string(record.idString)])

@@ -75,7 +75,7 @@ struct SMPActivation: FlowCompletion {
     let registrations: any RegistrationRepository
     let registrar: SMPRegistrar
     let conversations: Conversations
-    let clientTokens: ClientTokens
+    let invalidation: CacheInvalidation
     let secrets: Secrets
     let audit: AuditLog
 
@@ -90,8 +90,7 @@ struct SMPActivation: FlowCompletion {
                 return
             }
             try await registrations.activate(id: record.id, appcidSealed: secrets.seal(appcid: appcid, id: record.id))
-            conversations.evict(record.id)
-            clientTokens.forgetAll()
+            await invalidation.changed(record.id)  // managers must send the APPCID, everywhere
             await audit.record("registration.activated", actor: .system, registrationID: record.id, destination: record.destination)
         } catch {
             await audit.record(

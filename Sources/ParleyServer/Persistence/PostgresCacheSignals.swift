@@ -1,0 +1,40 @@
+public import Foundation
+public import Store
+
+/// Cache invalidation between instances through `LISTEN/NOTIFY`: a change is announced
+/// on one channel with the registration's id; every instance (this one included) hears
+/// it. A lost LISTEN connection suspends every cache until it is back, then everything
+/// is dropped, since notifications may have been missed meanwhile.
+public struct PostgresCacheSignals: CacheSignals {
+    static let channel = "parley_cache"
+
+    let store: PostgresStore
+    let listener: NotificationListener
+
+    public init(store: PostgresStore, listener: NotificationListener) {
+        self.store = store
+        self.listener = listener
+    }
+
+    static func payload(registrationID: UUID) -> String { "r:" + registrationID.uuidString.lowercased() }
+    static func payload(cookieJarOf registrationID: UUID) -> String { "c:" + registrationID.uuidString.lowercased() }
+
+    public func announce(registrationID: UUID) async throws {
+        try await store.notify(channel: Self.channel, payload: Self.payload(registrationID: registrationID))
+    }
+
+    public func events() -> any AsyncSequence<CacheEvent, Never> & Sendable {
+        listener.notifications(channel: Self.channel).map { @Sendable event -> CacheEvent in
+            switch event {
+            case .listening, .reconnected, .overflowed: .all
+            case .disconnected: .suspended
+            case .notification(let payload):
+                switch (payload.prefix(2), UUID(uuidString: String(payload.dropFirst(2)))) {
+                case ("r:", let id?): .registration(id)
+                case ("c:", let id?): .cookieJar(id)
+                default: .all
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Keeps this instance's caches current: a registration changed here is dropped at once
+/// and announced; a change announced by any instance drops it here. While the cache
+/// signal is lost, nothing is cached (client-token lookups and cookie jars are read from
+/// the database, managers are rebuilt), so no instance acts on a view it cannot hear about.
+struct CacheInvalidation: Service {
+    let signals: any CacheSignals
+    let clientTokens: ClientTokens
+    let conversations: Conversations
+    let logger: Logger
+
+    /// A registration's credentials or state changed: forget it here, then tell every instance.
+    func changed(_ registrationID: UUID) async {
+        apply(.registration(registrationID))
+        do {
+            try await signals.announce(registrationID: registrationID)
+        } catch {
+            logger.warning(
+                "cache invalidation not announced; other instances keep their copy until their signal resets",
+                metadata: ["registration.id": .string(registrationID.uuidString.lowercased()), "error": "\(error)"])
+        }
+    }
+
+    func run() async throws {
+        let events = signals.events()
+        try await cancelWhenGracefulShutdown {
+            for await event in events { apply(event) }
+        }
+    }
+
+    func apply(_ event: CacheEvent) {
+        switch event {
+        case .registration(let id):
+            clientTokens.forget(id)
+            conversations.forget(id)
+        case .cookieJar(let id):
+            conversations.cookies.forget(registrationID: id.uuidString.lowercased())
+        case .all:
+            clientTokens.recent.setEnabled(false)
+            conversations.cookies.setCaching(false)
+            conversations.forgetAll()
+            clientTokens.recent.setEnabled(true)
+            conversations.cookies.setCaching(true)
+        case .suspended:
+            logger.warning("cache signal lost: caching paused until it is back")
+            clientTokens.recent.setEnabled(false)
+            conversations.cookies.setCaching(false)
+            conversations.forgetAll()
+        }
+    }
+}

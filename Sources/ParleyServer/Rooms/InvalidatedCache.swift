@@ -1,0 +1,64 @@
+import Synchronization
+
+/// A per-instance cache kept current by cache signals (`LISTEN/NOTIFY`), not by a clock:
+/// an entry goes when a change to its registration is announced, from any instance.
+/// While the signal is lost the cache is suspended: it holds and serves nothing, so no
+/// instance acts on a view it cannot hear about. `lifetime` is only a safety net.
+final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    private struct State {
+        var entries: [Key: (value: Value, until: ContinuousClock.Instant)] = [:]
+        /// Until the signal is up, nothing is cached.
+        var enabled = false
+    }
+
+    private let state = Mutex(State())
+    private let lifetime: Duration
+    private let capacity: Int
+
+    init(lifetime: Duration = .seconds(60), capacity: Int = 10_000, enabled: Bool = false) {
+        self.lifetime = lifetime
+        self.capacity = capacity
+        state.withLock { $0.enabled = enabled }
+    }
+
+    func value(for key: Key) -> Value? {
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard state.enabled, let entry = state.entries[key] else { return nil }
+            guard entry.until > now else {
+                state.entries[key] = nil
+                return nil
+            }
+            return entry.value
+        }
+    }
+
+    func set(_ value: Value, for key: Key) {
+        let until = ContinuousClock.now + lifetime
+        state.withLock { state in
+            guard state.enabled else { return }
+            if state.entries.count >= capacity {
+                let now = ContinuousClock.now
+                state.entries = state.entries.filter { $0.value.until > now }
+                if state.entries.count >= capacity { state.entries.removeAll(keepingCapacity: true) }
+            }
+            state.entries[key] = (value, until)
+        }
+    }
+
+    func remove(_ key: Key) { _ = state.withLock { $0.entries.removeValue(forKey: key) } }
+
+    func removeAll(where matches: (Key, Value) -> Bool) {
+        state.withLock { state in state.entries = state.entries.filter { !matches($0.key, $0.value.value) } }
+    }
+
+    func removeAll() { state.withLock { $0.entries.removeAll() } }
+
+    /// Follows the cache signal: `suspended` empties and stops the cache, `resumed` starts it.
+    func setEnabled(_ enabled: Bool) {
+        state.withLock { state in
+            state.enabled = enabled
+            if !enabled { state.entries.removeAll() }
+        }
+    }
+}
