@@ -9,6 +9,8 @@ if [ "${1:-}" = "--test" ]; then
   # The real SAML2 identity provider and service provider of the hosted-flow tests
   # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP.
   want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 xmlsec1 curl)
+  # schemathesis (PyPI) runs in a venv of its own (scripts/schemathesis.sh).
+  want+=(python3-venv python3-pip)
 fi
 
 missing=()

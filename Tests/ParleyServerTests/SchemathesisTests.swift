@@ -1,0 +1,32 @@
+import Foundation
+import ParleyTesting
+import Testing
+
+/// schemathesis (PyPI) against the real binary and PostgreSQL, for the thin-client and
+/// administration APIs, with a bounded number of examples: no 5xx, every answer conforms
+/// to docs/openapi.json, every error is problem+json.
+@Suite(.serialized) struct SchemathesisTests {
+    @Test func bothAPIsConformToTheirDocument() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        var env = ServeTests.environment(database: database, destinations: try ServeTests.destinationsFile(simulatorPort: 1))
+        env["PARLEY_ADMIN_TOKENS"] = "schemathesis-admin-token-0123"
+        let parley = try await ParleyProcess.start(environment: env)
+        defer { Task { await parley.stop() } }
+        let registered = try await RawHTTP.request(
+            port: parley.port, method: "POST", target: "/v1/registrations", headers: [("Content-Type", "application/json")],
+            body: Array(#"{"destination":"sim"}"#.utf8))
+        let token = try #require(registered.json?["clientToken"] as? String)
+
+        let output = NSTemporaryDirectory() + "parley-schemathesis-\(UUID().uuidString).out"
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let status = try Spawn.runAndWait(
+            ["/bin/bash", packageRoot + "/scripts/schemathesis.sh", "http://127.0.0.1:\(parley.port)", token, "schemathesis-admin-token-0123"],
+            output: output, directory: packageRoot)
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        print(text.split(separator: "\n").suffix(40).joined(separator: "\n"))
+        #expect(status == 0, "schemathesis found problems:\n\(text.suffix(6000))")
+        #expect(!parley.log.contains("Fatal error"), "the server crashed")
+        await parley.stop()
+    }
+}
