@@ -1,5 +1,5 @@
 public import Conversation
-import Foundation
+public import Foundation
 public import Logging
 import Synchronization
 
@@ -42,6 +42,8 @@ public enum TokenOutcome: Sendable, Equatable {
 /// (the store's exclusive section, then a re-read). Transient failures keep every
 /// stored token and close the key for a while instead of hammering the server.
 public final class OAuth2Broker: Sendable {
+    let callGate: (any TokenCallGate)?
+    let usage: (any TokenUsageSink)?
     let store: any TokenStore
     let clock: any WallClock
     let events: (any TokenEventSink)?
@@ -50,7 +52,12 @@ public final class OAuth2Broker: Sendable {
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int)]>([:])
 
-    public init(store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, skew: Duration = .seconds(30), logger: Logger) {
+    public init(
+        store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
+        usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), logger: Logger
+    ) {
+        self.callGate = callGate
+        self.usage = usage
         self.store = store
         self.clock = clock
         self.events = events
@@ -64,6 +71,9 @@ public final class OAuth2Broker: Sendable {
     }
 
     public func isFresh(_ token: StoredToken) -> Bool { token.isFresh(at: clock.now, skew: skew) }
+
+    /// A stored token went out with a request (for its `last_used_at`, written in batches).
+    public func noteUse(_ key: TokenKey) { usage?.used(key, at: clock.now) }
 
     /// A usable token for `key`, replacing `stale` (the token that was refused or expired).
     public func obtain(
@@ -88,6 +98,7 @@ public final class OAuth2Broker: Sendable {
         try checkBackoff(key)
 
         if let current, let refresh = current.refreshToken {
+            try admitCall(key)
             var parameters = [("grant_type", "refresh_token"), ("refresh_token", refresh)]
             if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
             switch await endpoint.request(parameters, previousRefreshToken: refresh) {
@@ -122,6 +133,7 @@ public final class OAuth2Broker: Sendable {
             parameters = [("grant_type", "password"), ("username", credentials.username), ("password", credentials.password)]
         }
         if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+        try admitCall(key)
         switch await endpoint.request(parameters) {
         case .token(let token):
             try await access.save(token, for: key, grant: settings.grant)
@@ -141,6 +153,13 @@ public final class OAuth2Broker: Sendable {
         try await store.exclusively(key) { access in try await access.save(token, for: key, grant: grant) }
         succeeded(key)
         await events?.record(.issued, key: key, grant: grant)
+    }
+
+    /// Parley's own limit on token-endpoint calls per destination; every stored token is kept.
+    private func admitCall(_ key: TokenKey) throws {
+        guard let wait = callGate?.admit(destination: key.destination) else { return }
+        throw OAuth2Error(
+            .rateLimited, retryAfter: wait, detail: "Parley limits how often it asks this destination's authorization server; try again later")
     }
 
     private func checkBackoff(_ key: TokenKey) throws {
@@ -168,4 +187,15 @@ public final class OAuth2Broker: Sendable {
     private func succeeded(_ key: TokenKey) {
         _ = backoff.withLock { $0.removeValue(forKey: key) }
     }
+}
+
+/// Limits how often Parley calls a destination's token endpoint: nil admits the call,
+/// a duration is how long to wait.
+public protocol TokenCallGate: Sendable {
+    func admit(destination: String) -> Duration?
+}
+
+/// Hears that a stored token was sent; must not block (the request path calls it).
+public protocol TokenUsageSink: Sendable {
+    func used(_ key: TokenKey, at: Date)
 }

@@ -49,6 +49,7 @@ public struct OAuth2RequestFilter: RequestFilter {
             }
         }
         conversation[OAuth2UsedToken.self] = token
+        participant.broker.noteUse(key)
         request.headers.set("Authorization", "Bearer " + token.accessToken)
         return .proceed
     }

@@ -64,6 +64,8 @@ public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
         case temporarilyUnavailable
         /// The authorization server refused the grant Parley holds (wrong client secret, bad password…).
         case refused
+        /// Parley's own limit on calls to this destination's token endpoint: try after `retryAfter`.
+        case rateLimited
     }
 
     public let code: Code

@@ -135,6 +135,8 @@ public final class InMemoryTokens: TokenRepository {
         try await lock.run { try await body(Access(rows: self)) }
     }
 
+    public func markUsed(_ uses: [TokenKey: Date]) async throws {}
+
     public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let id = registrationID.uuidString.lowercased()
         return rows.withLock { rows in rows.filter { $0.key.registrationID == id }.map { ($0.key, $0.value.token) } }

@@ -127,3 +127,50 @@ import Testing
         }
     }
 }
+
+/// Token use written in batches, and retention, against real PostgreSQL.
+@Suite(.serialized) struct HousekeepingLiveTests {
+    @Test func lastUseOfATokenReachesTheAdminView() async throws {
+        try await withLiveParley(
+            destinations: { [OAuth2Tests.destination($0, grant: "password")] }, adjust: { $0.tokenUsageInterval = .milliseconds(50) }
+        ) { live in
+            let (id, token) = try await live.register("as")
+            #expect(try await live.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
+            #expect(try await live.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
+            var lastUsed: String?
+            let deadline = ContinuousClock.now + .seconds(3)
+            while lastUsed == nil && ContinuousClock.now < deadline {
+                let detail = try await AdminLiveTests.adminJSON(live, "GET", "/admin/v1/registrations/\(id)")
+                lastUsed = ((detail.json?["tokens"] as? [[String: Any]])?.first?["lastUsedAt"]) as? String
+                if lastUsed == nil { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(lastUsed?.hasSuffix("Z") == true, "last_used_at was never written")
+        }
+    }
+
+    @Test func retentionPurgesExpiredFlowsAndCookiesAndOldAuditEvents() async throws {
+        try await withLiveParley { live in
+            let (id, _) = try await live.register("sim", credentials: false)
+            try await live.store.execute(
+                """
+                INSERT INTO cookies (registration_id, domain, path, name, value_sealed, host_only, secure, http_only, expires_at)
+                VALUES (\(UUID(uuidString: id)), 'x.example', '/', 'old', '\\x00'::bytea, true, false, false, now() - interval '1 minute'),
+                       (\(UUID(uuidString: id)), 'x.example', '/', 'new', '\\x00'::bytea, true, false, false, now() + interval '1 hour')
+                """)
+            try await live.store.execute(
+                """
+                INSERT INTO flows (id, registration_id, kind, purpose, secret_hash, status, expires_at, created_at)
+                VALUES (\(UUID()), \(UUID(uuidString: id)), 'oauth2', 'login', '\\x01'::bytea, 'pending', now() - interval '2 hours', now() - interval '3 hours'),
+                       (\(UUID()), \(UUID(uuidString: id)), 'oauth2', 'login', '\\x02'::bytea, 'pending', now() + interval '5 minutes', now())
+                """)
+            try await live.store.execute("INSERT INTO audit_events (actor, action, at) VALUES ('system', 'ancient', now() - interval '400 days')")
+            let retention = PostgresAdministration(store: live.store, keyRing: testKeyRing())
+            let removed = try await retention.purge(
+                flowsBefore: Date().addingTimeInterval(-3600), cookiesBefore: Date(), auditBefore: Date().addingTimeInterval(-90 * 86_400))
+            #expect(removed.flows == 1 && removed.cookies == 1 && removed.audit == 1)
+            let counts = try await live.stateCounts()
+            #expect(counts["cookies"] == 1 && counts["flows"] == 1)
+            #expect(try await live.store.query("SELECT count(*) AS n FROM audit_events WHERE action = 'ancient'")[0].int("n") == 0)
+        }
+    }
+}

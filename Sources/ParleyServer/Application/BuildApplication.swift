@@ -74,7 +74,10 @@ func compose(
     let secrets = Secrets(keyRing: configuration.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
-    let broker = OAuth2Broker(store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit), logger: logger)
+    let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
+    let usage = TokenUsage()
+    let broker = OAuth2Broker(
+        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit), callGate: limits, usage: usage, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
@@ -105,7 +108,7 @@ func compose(
         SAML2Flow(hosted: binding),
         OTPFlow(hosted: binding, flows: flows, registrations: d.registrations, conversations: conversations),
         BasicFormFlow(
-            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, invalidation: invalidation,
+            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, invalidation: invalidation, limits: limits,
             publicURL: configuration.publicURL),
     ])
     let hostedUpstream = HostedUpstream(
@@ -114,11 +117,11 @@ func compose(
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
-        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.maxJSONBytes),
+        registrations: RegistrationsController(service: registrations, limits: limits, maxJSONBytes: configuration.maxJSONBytes),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.maxJSONBytes),
         flowPages: FlowPagesController(flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations),
         proxy: ProxyController(
-            conversations: conversations, flows: flows, metrics: metrics, memoryBodyBytes: configuration.memoryBodyBytes,
+            conversations: conversations, flows: flows, metrics: metrics, limits: limits, memoryBodyBytes: configuration.memoryBodyBytes,
             spoolDirectory: configuration.spoolDirectory),
         admin: AdminController(
             administration: Administration(
@@ -139,7 +142,10 @@ func compose(
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
-    return (router, [invalidation])
+    let housekeeping = Housekeeping(
+        usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.auditRetention,
+        clock: d.clock, logger: logger, usageInterval: configuration.tokenUsageInterval)
+    return (router, [invalidation, housekeeping])
 }
 
 /// The Hummingbird application: the router plus the services it depends on.

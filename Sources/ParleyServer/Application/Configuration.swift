@@ -27,6 +27,11 @@ public struct ParleyConfiguration: Sendable {
     public var databasePoolSize: Int
     public var managerIdleTimeout: Duration
     public var shutdownGracePeriod: Duration
+    public var rateLimits: RateLimitSettings
+    /// Audit events older than this are purged.
+    public var auditRetention: Duration
+    /// How often token use is written (`last_used_at`), in one batch.
+    public var tokenUsageInterval: Duration = .seconds(5)
 
     /// Where migrations come from: the directory when one is configured, else the binary.
     public var migrations: MigrationSource {
@@ -45,8 +50,11 @@ public struct ParleyConfiguration: Sendable {
         databaseURL: String, listenHost: String = "127.0.0.1", listenPort: Int = 8080, publicURL: String, keyRing: KeyRing,
         adminTokens: [String] = [], destinations: [Destination], maxJSONBytes: Int = 65536, memoryBodyBytes: Int = 1 << 20,
         spoolDirectory: String = NSTemporaryDirectory(), migrationsDirectory: String? = nil, migrateOnStart: Bool = true,
-        databasePoolSize: Int = 16, managerIdleTimeout: Duration = .seconds(600), shutdownGracePeriod: Duration = .seconds(25)
+        databasePoolSize: Int = 16, managerIdleTimeout: Duration = .seconds(600), shutdownGracePeriod: Duration = .seconds(25),
+        rateLimits: RateLimitSettings = RateLimitSettings(), auditRetention: Duration = .seconds(90 * 86_400)
     ) {
+        self.rateLimits = rateLimits
+        self.auditRetention = auditRetention
         self.databaseURL = databaseURL
         self.listenHost = listenHost
         self.listenPort = listenPort
@@ -143,12 +151,30 @@ public struct ParleyConfiguration: Sendable {
             migrateOnStart = true
         }
 
+        var limits = RateLimitSettings.defaults
+        func limit(_ name: String, _ keyPath: WritableKeyPath<RateLimitSettings, RateLimit?>) {
+            guard let text = env[name], !text.isEmpty else { return }
+            guard let parsed = RateLimit.parse(text) else {
+                problems.append("\(name) must be N/S (N events per S seconds) or off, got '\(text.prefix(40))'")
+                return
+            }
+            limits[keyPath: keyPath] = parsed
+        }
+        limit("PARLEY_RATE_LIMIT_REGISTRATIONS", \.registrations)
+        limit("PARLEY_RATE_LIMIT_PROXY", \.proxy)
+        limit("PARLEY_RATE_LIMIT_TOKEN_CALLS", \.tokenCalls)
+        limit("PARLEY_RATE_LIMIT_FAILED_LOGINS", \.failedLogins)
+        limits.trustedProxies = Set(
+            (env["PARLEY_TRUSTED_PROXIES"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
+        let retentionDays = int("PARLEY_AUDIT_RETENTION_DAYS", default: 90, range: 1...3650)
+
         guard problems.isEmpty, let keyRing else { throw Invalid(problems: problems) }
         return ParleyConfiguration(
             databaseURL: databaseURL, listenHost: host, listenPort: port, publicURL: publicURL, keyRing: keyRing,
             adminTokens: adminTokens, destinations: destinations, maxJSONBytes: maxJSON, memoryBodyBytes: memoryBody,
             spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }, migrateOnStart: migrateOnStart,
-            databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace))
+            databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace), rateLimits: limits,
+            auditRetention: .seconds(retentionDays * 86_400))
     }
 }
 

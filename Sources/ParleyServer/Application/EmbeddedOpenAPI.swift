@@ -271,6 +271,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "504": {
                     "$ref": "#/components/responses/UpstreamTimeout"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               }
@@ -554,6 +557,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               },
@@ -598,6 +604,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "description": "No body comes back; the upstream's `Content-Length` is kept."
@@ -643,6 +652,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -696,6 +708,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -749,6 +764,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -802,6 +820,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -855,6 +876,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               }
@@ -914,6 +938,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               },
@@ -958,6 +985,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "description": "No body comes back; the upstream's `Content-Length` is kept."
@@ -1003,6 +1033,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -1056,6 +1089,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -1109,6 +1145,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -1162,6 +1201,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 },
                 "requestBody": {
@@ -1215,6 +1257,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "default": {
                     "$ref": "#/components/responses/ProxyUpstreamAnswer"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               }
@@ -1692,6 +1737,9 @@ public enum EmbeddedOpenAPI {
                         }
                       }
                     }
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   }
                 }
               }
@@ -5269,6 +5317,56 @@ public enum EmbeddedOpenAPI {
                   }
                 },
                 "content": {
+                  "*/*": {
+                    "schema": {}
+                  }
+                }
+              },
+              "RateLimited": {
+                "description": "`rate_limited`: too many requests of this kind (per client address, registration or destination); `Retry-After` says when to try again.",
+                "headers": {
+                  "Parley-Request-Id": {
+                    "$ref": "#/components/headers/ParleyRequestId"
+                  },
+                  "Retry-After": {
+                    "$ref": "#/components/headers/RetryAfter"
+                  }
+                },
+                "content": {
+                  "application/problem+json": {
+                    "schema": {
+                      "allOf": [
+                        {
+                          "$ref": "#/components/schemas/Problem"
+                        },
+                        {
+                          "properties": {
+                            "status": {
+                              "const": 429
+                            },
+                            "code": {
+                              "const": "rate_limited"
+                            }
+                          }
+                        }
+                      ]
+                    }
+                  }
+                }
+              },
+              "WebRateLimited": {
+                "description": "An HTML page: too many failed sign-ins for this registration or user hint; try again later.",
+                "headers": {
+                  "Parley-Request-Id": {
+                    "$ref": "#/components/headers/ParleyRequestId"
+                  }
+                },
+                "content": {
+                  "text/html": {
+                    "schema": {
+                      "$ref": "#/components/schemas/HtmlPage"
+                    }
+                  },
                   "*/*": {
                     "schema": {}
                   }

@@ -10,9 +10,12 @@ public struct ParleyRequestContext: RequestContext {
     public var registration: RegistrationRecord?
     /// Set by `AdminAuthenticator` for a valid admin token.
     public var admin: AdminIdentity?
+    /// The peer's IP address (the balancer's, behind one).
+    public let peerAddress: String?
 
     public init(source: Source) {
         coreContext = .init(source: source)
+        peerAddress = source.channel.remoteAddress?.ipAddress
     }
 }
 

@@ -17,12 +17,16 @@ struct ProxyController: Sendable {
     let conversations: Conversations
     let flows: FlowService
     let metrics: Metrics
+    let limits: RateLimits
     let memoryBodyBytes: Int
     let spoolDirectory: String
 
     @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let registration = try context.approvedRegistration()
+        try limits.check(limits.proxy, registration.idString, kind: "proxy")
         let destination = try conversations.destination(of: registration)
+        let checksCredentials = destination.oauth2?.grant == .password || (destination.basic != nil && registration.credentialsSealed != nil)
+        if checksCredentials { try limits.checkLoginAllowed(registration: registration.id, userHint: registration.userHint) }
         guard let (rawPath, rawQuery) = Self.splitProxyTarget(request.uri.string) else {
             throw Problem.invalid("the proxy path must start with /v1/proxy/")
         }
@@ -41,6 +45,9 @@ struct ProxyController: Sendable {
         } catch {
             spooled.remove()
             if let problem = error as? Problem { throw problem }
+            if let refused = error as? OAuth2Error, refused.code == .refused {
+                limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
+            }
             metrics.increment(.upstreamErrors, [("destination", destination.name), ("kind", Problem.from(error).code.rawValue)])
             throw error
         }
@@ -52,6 +59,9 @@ struct ProxyController: Sendable {
         case .interactionRequired(let interaction):
             throw try await flows.interactionRequired(interaction, registration: registration)
         case .response(let upstream):
+            if checksCredentials && upstream.status == 401 && destination.basic != nil {
+                limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
+            }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
             return Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head)
         }

@@ -23,6 +23,7 @@ struct BasicFormFlow: FlowKindHandler {
     let conversations: Conversations
     let secrets: Secrets
     let invalidation: CacheInvalidation
+    let limits: RateLimits
     let publicURL: String
 
     func isOffered(by destination: Destination) -> Bool { destination.basic?.form == true }
@@ -77,6 +78,7 @@ struct BasicFormFlow: FlowKindHandler {
             return form(flow, secret: secret, destination: destination, error: "Enter a user name (without ':') and a password.")
         }
 
+        try limits.checkLoginAllowed(registration: registration.id, userHint: registration.userHint)
         let credentials = UserCredentials(username: username, password: password)
         if try await accepted(credentials, registration: registration, destination: destination, url: flow.challengeURL) {
             try await registrations.setCredentials(id: registration.id, sealed: try secrets.seal(credentials: credentials, id: registration.id))
@@ -84,6 +86,7 @@ struct BasicFormFlow: FlowKindHandler {
             try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
             return Page.redirect(flows.doneURL(flow), status: .seeOther)
         }
+        limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
         let attempts = try await flows.flows.recordFailedAttempt(id: flow.id)
         context.logger.info("basic form credentials refused upstream", metadata: ["flow.id": .string(flow.idString), "attempts": "\(attempts)"])
         if attempts >= Self.maxAttempts {

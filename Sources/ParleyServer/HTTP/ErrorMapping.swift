@@ -27,6 +27,8 @@ extension Problem {
                 return problem
             case .refused:
                 return Problem(.forbidden, .upstreamUnauthorized, error.detail)
+            case .rateLimited:
+                return .rateLimited(retryAfter: error.retryAfter ?? .seconds(1), detail: error.detail)
             }
         case let error as ConversationError:
             return Problem(.badGateway, .upstreamUnavailable, "the upstream conversation did not settle: \(error.detail)")

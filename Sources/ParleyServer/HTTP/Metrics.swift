@@ -13,6 +13,7 @@ public final class Metrics: Sendable {
         case upstreamErrors = "parley_upstream_errors"
         case conversationRestarts = "parley_conversation_restarts"
         case registrations = "parley_registrations"
+        case rateLimited = "parley_rate_limited"
 
         var help: String {
             switch self {
@@ -21,6 +22,7 @@ public final class Metrics: Sendable {
             case .upstreamErrors: "Conversations that ended in an upstream error, by destination and kind."
             case .conversationRestarts: "Conversation restarts (challenges, CSRF, filters)."
             case .registrations: "Registration events by action."
+            case .rateLimited: "Requests refused by a rate limit, by limit."
             }
         }
     }

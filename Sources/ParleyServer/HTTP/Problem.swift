@@ -109,6 +109,13 @@ public struct Problem: HTTPResponseError, Sendable {
         return p
     }
 
+    static func rateLimited(retryAfter: Duration, detail: String) -> Problem {
+        var p = Problem(.tooManyRequests, .rateLimited, detail)
+        let seconds = retryAfter.components.seconds + (retryAfter.components.attoseconds > 0 ? 1 : 0)
+        p.headers[.retryAfter] = String(max(1, seconds))
+        return p
+    }
+
     static func storeUnavailable() -> Problem {
         var p = Problem(.serviceUnavailable, .storeUnavailable, "the database is unreachable; try again shortly")
         p.headers[.retryAfter] = "2"

@@ -4,7 +4,7 @@ public import ParleyCrypto
 public import Store
 
 /// The administration queries in PostgreSQL.
-public struct PostgresAdministration: AdministrationRepository {
+public struct PostgresAdministration: AdministrationRepository, RetentionRepository {
     let store: PostgresStore
     let keyRing: KeyRing
 
@@ -83,6 +83,13 @@ public struct PostgresAdministration: AdministrationRepository {
             }
             return removed
         }
+    }
+
+    public func purge(flowsBefore: Date, cookiesBefore: Date, auditBefore: Date) async throws -> (flows: Int, cookies: Int, audit: Int) {
+        let flows = try await store.execute("DELETE FROM flows WHERE expires_at < \(flowsBefore)")
+        let cookies = try await store.execute("DELETE FROM cookies WHERE expires_at IS NOT NULL AND expires_at < \(cookiesBefore)")
+        let audit = try await store.execute("DELETE FROM audit_events WHERE at < \(auditBefore)")
+        return (flows, cookies, audit)
     }
 
     public func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent] {

@@ -26,6 +26,21 @@ public struct PostgresTokens: TokenRepository {
         }
     }
 
+    public func markUsed(_ uses: [TokenKey: Date]) async throws {
+        guard !uses.isEmpty else { return }
+        try await store.withTransaction { connection in
+            for (key, at) in uses {
+                let registration = key.registrationID.flatMap(UUID.init(uuidString:))
+                try await connection.execute(
+                    """
+                    UPDATE tokens SET last_used_at = \(at) WHERE destination = \(key.destination)
+                        AND registration_id IS NOT DISTINCT FROM \(registration)::uuid AND scope_key = \(key.scopeKey)
+                        AND (last_used_at IS NULL OR last_used_at < \(at))
+                    """)
+            }
+        }
+    }
+
     /// Every token of a registration (for revocation at deregistration).
     public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let rows = try await store.query(

@@ -46,6 +46,15 @@ public protocol CookieRepository: CookieRecords {
 /// OAuth2 tokens, plus the listing a deregistration revokes.
 public protocol TokenRepository: TokenStore {
     func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)]
+    /// When tokens were last sent, in one batch.
+    func markUsed(_ uses: [TokenKey: Date]) async throws
+}
+
+/// Removes what has outlived its use.
+public protocol RetentionRepository: Sendable {
+    /// Flows expired before `flowsBefore`, cookies expired before `cookiesBefore`, audit
+    /// events older than `auditBefore`; how many of each went.
+    func purge(flowsBefore: Date, cookiesBefore: Date, auditBefore: Date) async throws -> (flows: Int, cookies: Int, audit: Int)
 }
 
 /// Append-only audit events.

@@ -26,7 +26,8 @@ struct CacheInvalidation: Service {
 
     func run() async throws {
         let events = signals.events()
-        try await cancelWhenGracefulShutdown {
+        // Graceful shutdown ends the wait for events; that is a normal end.
+        try? await cancelWhenGracefulShutdown {
             for await event in events { apply(event) }
         }
     }

@@ -1,0 +1,143 @@
+import AuthFlows
+import Conversation
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+@testable import ParleyServer
+import ParleyTesting
+import Synchronization
+import Testing
+
+/// `429 rate_limited` with `Retry-After`: reached, nothing stored, lifted as time passes.
+@Suite struct RateLimitRouterTests {
+    static let limits = RateLimitSettings(
+        registrations: RateLimit(count: 3, period: .seconds(60)), proxy: RateLimit(count: 2, period: .seconds(10)),
+        tokenCalls: RateLimit(count: 1, period: .seconds(60)), failedLogins: RateLimit(count: 2, period: .seconds(900)))
+
+    /// A Basic-protected API, a password-grant API and its token endpoint.
+    static func upstream(_ request: UpstreamRequest) -> UpstreamResponse {
+        let url = URLParts(request.url)
+        if url?.path == "/token" {
+            return .text(200, #"{"access_token":"at-\#(UUID().uuidString)","token_type":"Bearer","expires_in":3600}"#,
+                headers: ["Content-Type": "application/json"])
+        }
+        if url?.host == "oauth.example" {
+            return (request.headers["Authorization"] ?? "").hasPrefix("Bearer at-") ? .text(200, "{}") : .text(401)
+        }
+        return request.headers["Authorization"] == "Basic YWxpY2U6d29uZGVybGFuZA==" ? .text(200, "{}")
+            : .text(401, headers: ["WWW-Authenticate": "Basic realm=\"x\""])
+    }
+
+    static func withRouter(clock: TestClock, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        let basic = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()
+        let form = try DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true)).validated()
+        var oauth = DestinationSpec(name: "as", url: "https://oauth.example")
+        oauth.oauth2 = .init(
+            grant: "password", authorizationEndpoint: nil, tokenEndpoint: "https://auth.example/token", revocationEndpoint: nil,
+            clientId: "parley", clientSecret: "s", clientAuthentication: nil, scopes: nil, scopeKeys: nil, challenge: nil)
+        let configuration = ParleyConfiguration(
+            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), destinations: [basic, form, try oauth.validated()],
+            rateLimits: limits)
+        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock)
+        dependencies.registrations = InMemoryRegistrations()
+        let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
+        try await app.test(.router) { client in try await body(client) }
+    }
+
+    static func register(_ client: any TestClientProtocol, _ destination: String, credentials: Bool = true) async throws -> TestResponse {
+        var object: [String: Any] = ["destination": destination]
+        if credentials { object["credentials"] = ["username": "alice", "password": "wonderland"] }
+        return try await client.execute(uri: "/v1/registrations", method: .post, body: try RouterTests.body(object))
+    }
+
+    static func expectLimited(_ response: TestResponse, sourceLocation: SourceLocation = #_sourceLocation) {
+        RouterTests.expectProblem(response, .tooManyRequests, "rate_limited", sourceLocation: sourceLocation)
+        #expect((response.headers[.retryAfter].flatMap(Int.init) ?? 0) >= 1, sourceLocation: sourceLocation)
+    }
+
+    @Test func registrationsPerClientAddress() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            for _ in 0..<3 { #expect(try await Self.register(client, "sim").status == .created) }
+            let limited = try await Self.register(client, "sim")
+            Self.expectLimited(limited)
+            #expect(limited.headers[.retryAfter] == "20")
+            clock.advance(by: .seconds(20))
+            #expect(try await Self.register(client, "sim").status == .created)
+            Self.expectLimited(try await Self.register(client, "sim"))
+        }
+    }
+
+    @Test func proxiedRequestsPerRegistration() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            let tokens = try await [Self.register(client, "sim"), Self.register(client, "sim")].map {
+                RouterTests.json($0.body)["clientToken"] as? String ?? ""
+            }
+            let first: HTTPFields = [.authorization: "Bearer \(tokens[0])"]
+            for _ in 0..<2 { #expect(try await client.execute(uri: "/v1/proxy/a", method: .get, headers: first).status == .ok) }
+            Self.expectLimited(try await client.execute(uri: "/v1/proxy/a", method: .get, headers: first))
+            // Another registration has its own budget.
+            #expect(try await client.execute(uri: "/v1/proxy/a", method: .get, headers: [.authorization: "Bearer \(tokens[1])"]).status == .ok)
+            clock.advance(by: .seconds(5))
+            #expect(try await client.execute(uri: "/v1/proxy/a", method: .get, headers: first).status == .ok)
+        }
+    }
+
+    @Test func tokenEndpointCallsPerDestinationKeepTheStoredTokens() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            let tokens = try await [Self.register(client, "as"), Self.register(client, "as")].map {
+                RouterTests.json($0.body)["clientToken"] as? String ?? ""
+            }
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[0])"]).status == .ok)
+            // The second registration's grant would be the destination's second call within the minute.
+            Self.expectLimited(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[1])"]))
+            // The first one's stored token still serves.
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[0])"]).status == .ok)
+            clock.advance(by: .seconds(60))
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[1])"]).status == .ok)
+        }
+    }
+
+    @Test func failedSignInsPerRegistrationInTheBasicForm() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            let token = RouterTests.json(try await Self.register(client, "form", credentials: false).body)["clientToken"] as? String ?? ""
+            let flow = try await client.execute(uri: "/v1/proxy/api", method: .get, headers: [.authorization: "Bearer \(token)"]) {
+                RouterTests.json($0.body)["flow"] as? [String: Any] ?? [:]
+            }
+            let id = flow["id"] as? String ?? ""
+            let k = (flow["url"] as? String)?.split(separator: "k=").last.map(String.init) ?? ""
+            func submit(_ password: String) async throws -> TestResponse {
+                try await client.execute(
+                    uri: "/flows/\(id)/credentials", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                    body: ByteBuffer(string: "k=\(k)&username=alice&password=\(password)"))
+            }
+            #expect(try await submit("wrong1").status == .ok)
+            #expect(try await submit("wrong2").status == .ok)
+            // Even the right password waits now.
+            let limited = try await submit("wonderland")
+            #expect(limited.status == .tooManyRequests)
+            #expect(String(buffer: limited.body).contains("data-parley-error=\"rate_limited\""))
+            clock.advance(by: .seconds(450))
+            #expect(try await submit("wonderland").status == .seeOther)
+        }
+    }
+
+    @Test func forwardedForCountsOnlyFromTrustedProxies() {
+        let limits = RateLimits(
+            settings: RateLimitSettings(trustedProxies: ["10.0.0.5", "10.0.0.6"]), clock: TestClock(), metrics: Metrics())
+        #expect(limits.clientAddress(peer: "192.0.2.9", forwardedFor: "198.51.100.1") == "192.0.2.9")
+        #expect(limits.clientAddress(peer: "10.0.0.5", forwardedFor: "198.51.100.1") == "198.51.100.1")
+        #expect(limits.clientAddress(peer: "10.0.0.5", forwardedFor: "203.0.113.7, 198.51.100.1, 10.0.0.6") == "198.51.100.1")
+        #expect(limits.clientAddress(peer: "10.0.0.5", forwardedFor: nil) == "10.0.0.5")
+        #expect(limits.clientAddress(peer: nil, forwardedFor: "198.51.100.1") == "unknown")
+        #expect(RateLimit.parse("30/60") == .some(RateLimit(count: 30, period: .seconds(60))))
+        #expect(RateLimit.parse("off") == .some(nil))
+        #expect(RateLimit.parse("30") == nil)
+        #expect(RateLimit.parse("0/60") == nil)
+    }
+}
