@@ -21,7 +21,7 @@ import Testing
         try await withLiveParley(options: options) { a in
             let b = try #require(a.others.first)
             var delays: [Duration] = []
-            for _ in 0..<30 {
+            for _ in 0..<100 {
                 let (_, token) = try await a.register()
                 // B caches the client-token lookup and the cookie jar on the proxy path.
                 #expect(try await b.request("GET", "/v1/proxy/api/data", token: token).status == 200)
@@ -31,8 +31,8 @@ import Testing
             }
             delays.sort()
             let p50 = delays[delays.count / 2]
-            let p99 = delays[delays.count - 1]
-            print("revocation propagation A→B over \(delays.count) deregistrations: p50 \(p50), max \(p99)")
+            let p99 = delays[delays.count * 99 / 100 - 1]
+            print("revocation propagation A→B over \(delays.count) deregistrations: p50 \(p50), p99 \(p99), max \(delays[delays.count - 1])")
             #expect(p99 < .seconds(1), "another instance kept using a revoked client token")
         }
     }

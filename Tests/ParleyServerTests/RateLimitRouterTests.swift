@@ -30,7 +30,10 @@ import Testing
             : .text(401, headers: ["WWW-Authenticate": "Basic realm=\"x\""])
     }
 
-    static func withRouter(clock: TestClock, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+    static func withRouter(
+        clock: TestClock, registrations: InMemoryRegistrations = InMemoryRegistrations(),
+        _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+    ) async throws {
         let basic = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()
         let form = try DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true)).validated()
         var oauth = DestinationSpec(name: "as", url: "https://oauth.example")
@@ -41,7 +44,7 @@ import Testing
             databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), destinations: [basic, form, try oauth.validated()],
             rateLimits: limits)
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock)
-        dependencies.registrations = InMemoryRegistrations()
+        dependencies.registrations = registrations
         let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
@@ -59,10 +62,12 @@ import Testing
 
     @Test func registrationsPerClientAddress() async throws {
         let clock = TestClock()
-        try await Self.withRouter(clock: clock) { client in
+        let registrations = InMemoryRegistrations()
+        try await Self.withRouter(clock: clock, registrations: registrations) { client in
             for _ in 0..<3 { #expect(try await Self.register(client, "sim").status == .created) }
             let limited = try await Self.register(client, "sim")
             Self.expectLimited(limited)
+            #expect(registrations.all.count == 3, "a refused registration was stored")
             #expect(limited.headers[.retryAfter] == "20")
             clock.advance(by: .seconds(20))
             #expect(try await Self.register(client, "sim").status == .created)
