@@ -20,8 +20,13 @@ import Testing
         var lastSPHeaders: HeaderFields { seen.withLock { $0.last { $0.url.contains("sp.example") }?.headers ?? [:] } }
         var count: Int { seen.withLock { $0.count } }
         let otpAfterSAML: Bool
+        /// Where the OTP challenge of an API call sends the browser.
+        let otpForm: String
 
-        init(otpAfterSAML: Bool = false) { self.otpAfterSAML = otpAfterSAML }
+        init(otpAfterSAML: Bool = false, otpForm: String = "https://sp.example/sp/otp") {
+            self.otpAfterSAML = otpAfterSAML
+            self.otpForm = otpForm
+        }
 
         func answer(_ request: UpstreamRequest) -> UpstreamResponse {
             seen.withLock { $0.append(request) }
@@ -53,7 +58,7 @@ import Testing
                         headers: ["Content-Type": "text/html; charset=utf-8"])
                 }
                 if otpAfterSAML && !otp {
-                    return .text(302, headers: ["Location": "https://sp.example/sp/otp", "x-smp-authentication": "otp-challenge"])
+                    return .text(302, headers: ["Location": otpForm, "x-smp-authentication": "otp-challenge"])
                 }
                 if url.path == "/sp/SAMLAuthLauncher" && !(url.query ?? "").contains("finishEndpointParam") {
                     return .text(302, headers: ["Location": "https://sp.example/sp/SAMLAuthLauncher?finishEndpointParam=done"])
@@ -281,6 +286,22 @@ import Testing
             }
             #expect(flows.all.first { $0.idString == id }?.status == .completed)
             #expect(try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: [.authorization: "Bearer \(token)"]).status == .ok)
+        }
+    }
+
+    @Test func theOTPCallbackPostsOnlyUnderTheDestination() async throws {
+        let upstream = FakeUpstream(otpAfterSAML: true, otpForm: "https://internal.example/admin/otp")
+        try await Self.withRouter(upstream) { client in
+            let token = try await Self.register(client, "sp")
+            let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let browser: HTTPFields = [.cookie: try await client.execute(uri: samlStart, method: .get) { Self.cookie($0) }]
+            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x"))
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
+            let k = String(start.split(separator: "k=").last ?? "")
+            try await client.execute(uri: "/callback/otp?flow=\(id)&k=\(k)&passcode=123456", method: .get) { response in
+                #expect(response.status == .notFound)
+            }
+            #expect(!upstream.seen.withLock { $0 }.contains { $0.url.contains("internal.example") }, "Parley posted outside the destination")
         }
     }
 

@@ -67,9 +67,11 @@ struct OTPFlow: HostedFlowKind {
         case .pending(let pending): flow = pending
         case .answered(let page): return page
         }
+        // The OTP form came from an upstream's `Location`: Parley posts only under the destination's URL.
         guard flow.kind == .otp || (flow.kind == .saml2 && flow.secondFactor), let form = flow.challengeURL,
             let registration = try await registrations.find(id: flow.registrationID),
-            let destination = try? conversations.destination(of: registration), let otp = destination.otp
+            let destination = try? conversations.destination(of: registration), let otp = destination.otp,
+            hosted.publicLocation(forUpstream: form, destination: destination) != nil
         else { return Page.problem(Problem(.notFound, .notFound, "no passcode is awaited for this sign-in")) }
         guard let passcode = value("passcode"), !passcode.isEmpty, passcode.count <= Self.maxPasscodeLength,
             passcode.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) })
