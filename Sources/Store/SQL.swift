@@ -198,8 +198,15 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
 /// RFC 3339 timestamps with microseconds, in UTC, without Foundation's formatters (which stop at
 /// milliseconds and are not cheap to share across threads).
 enum TimestampFormat {
+    /// The range bound: years 1 to 9999. A date outside it (an upstream's absurd lifetime)
+    /// is stored as the nearest end, never trapped on.
+    static let minMicros: Int64 = -62_135_596_800_000_000
+    static let maxMicros: Int64 = 253_402_300_799_999_999
+
     static func format(_ date: Date) -> String {
-        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        let raw = (date.timeIntervalSince1970 * 1_000_000).rounded()
+        let micros: Int64 =
+            raw.isFinite ? (raw <= Double(minMicros) ? minMicros : raw >= Double(maxMicros) ? maxMicros : Int64(raw)) : 0
         let (seconds, fraction) = floorDivMod(micros, 1_000_000)
         let (days, secondOfDay) = floorDivMod(seconds, 86_400)
         let (year, month, day) = civil(fromDays: days)

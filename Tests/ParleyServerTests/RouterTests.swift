@@ -332,6 +332,20 @@ import Testing
         }
     }
 
+    /// One malformed upstream answer never stops the process: a status outside 100–599 is a 502.
+    @Test func anUpstreamStatusOutsideHTTPIsA502() async throws {
+        for status in [0, 99, 600, 1000, 99_999, -1] {
+            let dependencies = ParleyDependencies.inMemory(transport: FakeTransport { _ in .text(status, "x") })
+            try await Self.withRouter(dependencies: dependencies) { client in
+                let (_, token) = try await Self.register(client)
+                Self.expectProblem(
+                    try await client.execute(uri: "/v1/proxy/a", method: .get, headers: [.authorization: "Bearer \(token)"]), .badGateway,
+                    "upstream_unavailable")
+                #expect(try await client.execute(uri: "/healthz", method: .get).status == .ok)
+            }
+        }
+    }
+
     @Test func operationsAnswerWithoutAuthentication() async throws {
         let readiness = StaticReadiness(false)
         try await Self.withRouter(dependencies: .inMemory(readiness: readiness)) { client in

@@ -43,6 +43,16 @@ import Testing
         #expect(Date(timeIntervalSince1970: -0.5).sqlText == "1969-12-31T23:59:59.500000Z")
     }
 
+    /// An upstream's absurd lifetime (`expires_in: 1e300`, a huge `Max-Age`) becomes a date no
+    /// timestamp holds: it is bound as the nearest end of the range, never trapped on.
+    @Test func datesBeyondTheRangeAreClampedNotTrapped() {
+        #expect(TimestampFormat.format(Date(timeIntervalSince1970: 1e300)) == TimestampFormat.format(Date(timeIntervalSince1970: 253_402_300_799.999999)))
+        #expect(TimestampFormat.format(Date(timeIntervalSince1970: 1e300)).hasPrefix("9999-12-31"))
+        #expect(TimestampFormat.format(Date(timeIntervalSince1970: -1e300)).hasPrefix("0001-01-01"))
+        #expect(TimestampFormat.format(.distantFuture).hasPrefix("4001-01-01"))
+        #expect(TimestampFormat.format(Date(timeIntervalSince1970: 1_700_000_000)).hasPrefix("2023-11-14"))
+    }
+
     @Test func timestampsParseFromPostgresOutput() throws {
         let cases: [(String, Double)] = [
             ("2023-11-14 22:13:20.123456+00", 1_700_000_000.123456),

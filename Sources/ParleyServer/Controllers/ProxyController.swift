@@ -63,11 +63,17 @@ struct ProxyController: Sendable {
                 limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
             }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
-            return Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head)
+            return try Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head)
         }
     }
 
-    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool) -> Response {
+    /// The upstream's final answer for the client. A status outside 100–599 is the
+    /// upstream's nonsense: `502`, and the process goes on.
+    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool) throws(Problem) -> Response {
+        guard (100...599).contains(upstream.status) else {
+            upstream.body.discard()
+            throw Problem(.badGateway, .upstreamUnavailable, "the upstream answered with an invalid status")
+        }
         var headers = HTTPFields()
         for (name, value) in ProxyRules.returnable(upstream.headers, csrf: csrf) {
             if let field = HTTPField.Name(name) { headers.append(HTTPField(name: field, value: value)) }
