@@ -93,8 +93,7 @@ struct Migrate: AsyncParsableCommand {
             guard let url = environment["PARLEY_DATABASE_URL"], !url.isEmpty else {
                 throw ParleyConfiguration.Invalid(problems: ["PARLEY_DATABASE_URL is not set"])
             }
-            let source: MigrationSource =
-                environment["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : .directory($0) } ?? .embedded(EmbeddedMigrations.files)
+            let source = ParleyConfiguration.migrationSource(directory: environment["PARLEY_MIGRATIONS_DIR"])
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: logger)
             let applied = try await migrate(store: store, source: source, logger: logger)
             await store.shutdown()

@@ -34,8 +34,11 @@ public struct ParleyConfiguration: Sendable {
     public var tokenUsageInterval: Duration = .seconds(5)
 
     /// Where migrations come from: the directory when one is configured, else the binary.
-    public var migrations: MigrationSource {
-        migrationsDirectory.map { .directory($0) } ?? .embedded(EmbeddedMigrations.files)
+    public var migrations: MigrationSource { Self.migrationSource(directory: migrationsDirectory) }
+
+    /// `PARLEY_MIGRATIONS_DIR` when set and not empty, else the copies compiled into the binary.
+    public static func migrationSource(directory: String?) -> MigrationSource {
+        directory.flatMap { $0.isEmpty ? nil : .directory($0) } ?? .embedded(EmbeddedMigrations.files)
     }
 
     public struct Invalid: Error, CustomStringConvertible {

@@ -34,17 +34,20 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
 
     public func tokenMetadata(registrationIDs: [UUID]) async throws -> [UUID: [TokenMetadata]] {
         guard !registrationIDs.isEmpty else { return [:] }
+        // One query for a whole page: the ids travel as one text parameter.
+        let ids = registrationIDs.map { $0.uuidString.lowercased() }.joined(separator: ",")
+        let rows = try await store.query(
+            """
+            SELECT registration_id, kind, scope_key, expires_at, last_used_at FROM tokens
+            WHERE registration_id = ANY (string_to_array(\(ids), ',')::uuid[]) ORDER BY scope_key
+            """)
         var out: [UUID: [TokenMetadata]] = [:]
-        for id in registrationIDs {
-            let rows = try await store.query(
-                """
-                SELECT kind, scope_key, expires_at, last_used_at FROM tokens WHERE registration_id = \(id) ORDER BY scope_key
-                """)
-            out[id] = try rows.map {
+        for row in rows {
+            guard let id = try row.optionalUUID("registration_id") else { continue }
+            out[id, default: []].append(
                 TokenMetadata(
-                    registrationID: id, kind: try $0.string("kind"), scopeKey: try $0.string("scope_key"),
-                    expiresAt: try $0.optionalDate("expires_at"), lastUsedAt: try $0.optionalDate("last_used_at"))
-            }
+                    registrationID: id, kind: try row.string("kind"), scopeKey: try row.string("scope_key"),
+                    expiresAt: try row.optionalDate("expires_at"), lastUsedAt: try row.optionalDate("last_used_at")))
         }
         return out
     }
