@@ -34,10 +34,14 @@ public final class ParleyProcess: Sendable {
         process.standardOutput = pipe
         pipe.fileHandleForReading.readabilityHandler = { handle in
             let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            collector.append(data)
+            if data.isEmpty {
+                handle.readabilityHandler = nil
+                collector.outputClosed()
+            } else {
+                collector.append(data)
+            }
         }
-        process.terminationHandler = { _ in collector.finish() }
+        process.terminationHandler = { _ in collector.processTerminated() }
         try process.run()
         let parley = ParleyProcess(port: port, process: process, output: collector)
         if waitForReady { try await parley.waitForOutput("parley ready", timeout: .seconds(30)) }
@@ -84,7 +88,11 @@ public final class ParleyProcess: Sendable {
 final class OutputCollector: Sendable {
     private struct State {
         var text = ""
-        var exited = false
+        var terminated = false
+        var closed = false
+        /// Done only when the child exited and its output was read to the end: its last
+        /// lines may still sit in the pipe when the exit is noticed.
+        var exited: Bool { terminated && closed }
         /// A nil needle waits for the child's exit only.
         var waiters: [Int: (needle: String?, continuation: CheckedContinuation<Void, Never>)] = [:]
         var nextID = 0
@@ -103,10 +111,23 @@ final class OutputCollector: Sendable {
         for continuation in ready { continuation.resume() }
     }
 
-    /// The child exited: nobody waits for more output.
-    func finish() {
+    /// The exit is noticed; the output's end usually follows at once, but Foundation does not
+    /// always report it, so it is awaited for at most a second.
+    func processTerminated() {
+        settle { $0.terminated = true }
+        Task {
+            try? await Task.sleep(for: .seconds(1))
+            self.outputClosed()
+        }
+    }
+
+    func outputClosed() { settle { $0.closed = true } }
+
+    /// Once the child exited and its output ended, nobody waits for more.
+    private func settle(_ change: (inout State) -> Void) {
         let all = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.exited = true
+            change(&state)
+            guard state.exited else { return [] }
             defer { state.waiters = [:] }
             return state.waiters.values.map(\.continuation)
         }
