@@ -24,14 +24,19 @@ public final class CurlTransport: Transport {
         /// Honour `http_proxy`/`https_proxy`/`no_proxy` from the environment. Off by default:
         /// upstream calls go direct unless a deployment opts in.
         public var useEnvironmentProxy: Bool
+        /// A transfer paused this long because its reader stopped reading ends with
+        /// `.timeout` (curl's idle limit exempts paused transfers).
+        public var pausedTransferDeadline: Duration
 
         public init(
             maxConnectionsPerHost: Int = 32,
             maxTotalConnections: Int = 256,
             highWaterMark: Int = 256 * 1024,
             lowWaterMark: Int = 64 * 1024,
-            useEnvironmentProxy: Bool = false
+            useEnvironmentProxy: Bool = false,
+            pausedTransferDeadline: Duration = .seconds(60)
         ) {
+            self.pausedTransferDeadline = pausedTransferDeadline
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.maxTotalConnections = maxTotalConnections
             self.highWaterMark = highWaterMark

@@ -22,13 +22,17 @@ final class EasyTransfer {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var uploadBytes: [UInt8] = []
     private var uploadOffset = 0
+    /// The body file's descriptor (not owned here) and the position of the next read.
     private var uploadFD: Int32 = -1
     private var released = false
 
     // Response head as it arrives, one header block at a time (1xx blocks are dropped).
-    private var status: Int?
-    private var fields: [(name: String, value: String)] = []
+    private var headParser = ResponseHeadParser()
     private(set) var headDelivered = false
+    /// Why the head was refused; the transfer then ends with this instead of curl's write error.
+    private(set) var headFailure: String?
+    /// When the write callback last paused the transfer for a slow reader; nil while it runs.
+    var pausedSince: ContinuousClock.Instant?
 
     /// Creates and configures the easy handle; on failure nothing is left allocated.
     static func make(
@@ -65,10 +69,7 @@ final class EasyTransfer {
         curl_easy_cleanup(handle)
         if let headerList { curl_slist_free_all(headerList) }
         headerList = nil
-        if uploadFD >= 0 {
-            _ = close(uploadFD)
-            uploadFD = -1
-        }
+        uploadFD = -1
     }
 
     // MARK: Options
@@ -141,8 +142,8 @@ final class EasyTransfer {
         try check(
             c_parley_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION) { pointer, size, count, userdata in
                 let transfer = Unmanaged<EasyTransfer>.fromOpaque(userdata!).takeUnretainedValue()
-                transfer.receiveHeaderLine(UnsafeRawBufferPointer(start: pointer, count: size * count))
-                return size * count
+                let accepted = transfer.receiveHeaderLine(UnsafeRawBufferPointer(start: pointer, count: size * count))
+                return accepted ? size * count : 0
             }, "HEADERFUNCTION")
         try check(c_parley_easy_setopt_pointer(h, CURLOPT_WRITEDATA, me), "WRITEDATA")
         try check(
@@ -163,12 +164,11 @@ final class EasyTransfer {
             break
         case .bytes(let bytes):
             uploadBytes = bytes
-        case .file(let path, _):
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else {
+        case .file(let file, _):
+            guard file.descriptor >= 0 else {
                 throw TransportError(.invalidRequest, detail: "\(request.host): request body file cannot be opened")
             }
-            uploadFD = fd
+            uploadFD = file.descriptor  // owned by the BodyFile, which `request` keeps alive
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
         try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length)), "INFILESIZE_LARGE")
@@ -209,48 +209,23 @@ final class EasyTransfer {
 
     // MARK: Callbacks (multi thread, inside curl calls)
 
-    private func receiveHeaderLine(_ raw: UnsafeRawBufferPointer) {
-        if headDelivered { return }  // trailers after a chunked body: not part of the head
-        var end = raw.count
-        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
-        if end == 0 {
-            // End of a header block: 1xx blocks are interim, the next one is final.
-            if let status, !(100..<200).contains(status) {
-                deliverHead()
-            } else {
-                status = nil
-                fields = []
-            }
-            return
-        }
-        let line = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<end]), as: UTF8.self)
-        if line.hasPrefix("HTTP/") {
-            let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-            status = parts.count >= 2 ? Int(parts[1]) : nil
-            fields = []
-        } else if line.first == " " || line.first == "\t" {
-            // Obsolete line folding: continues the previous value.
-            if !fields.isEmpty {
-                fields[fields.count - 1].value += " " + Self.trimmed(Substring(line))
-            }
-        } else if let colon = line.firstIndex(of: ":") {
-            fields.append((String(line[..<colon]), Self.trimmed(line[line.index(after: colon)...])))
+    /// False aborts the transfer (curl reports a write error; `headFailure` says why).
+    private func receiveHeaderLine(_ raw: UnsafeRawBufferPointer) -> Bool {
+        if headDelivered { return true }  // trailers after a chunked body: not part of the head
+        switch headParser.feed(line: raw) {
+        case .needMore, .interim:
+            return true
+        case .head(let status, let headers):
+            deliverHead(status: status, headers: headers)
+            return true
+        case .failed(let reason):
+            headFailure = reason
+            return false
         }
     }
 
-    private static func trimmed(_ s: Substring) -> String {
-        var s = s
-        while let c = s.first, c == " " || c == "\t" { s = s.dropFirst() }
-        while let c = s.last, c == " " || c == "\t" { s = s.dropLast() }
-        return String(s)
-    }
-
-    private func deliverHead() {
-        guard let status else { return }
+    private func deliverHead(status: Int, headers: HeaderFields) {
         headDelivered = true
-        var headers = HeaderFields()
-        for field in fields { headers.append(field.name, field.value) }
-        fields = []
         logger.debug(
             "upstream response head",
             metadata: ["upstream.host": "\(request.host)", "http.status": "\(status)", "transfer.id": "\(state.id)"]
@@ -260,10 +235,15 @@ final class EasyTransfer {
     }
 
     private func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Int {
-        if !headDelivered { deliverHead() }
+        guard headDelivered else {
+            headFailure = headFailure ?? "the upstream sent a body without a complete response head"
+            return 0
+        }
         switch state.offer(bytes) {
         case .accepted: return bytes.count
-        case .pause: return c_parley_writefunc_pause()
+        case .pause:
+            if pausedSince == nil { pausedSince = .now }
+            return c_parley_writefunc_pause()
         case .abort: return 0  // curl ends the transfer with CURLE_WRITE_ERROR
         }
     }
@@ -272,8 +252,11 @@ final class EasyTransfer {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
         if uploadFD >= 0 {
             while true {
-                let n = read(uploadFD, base, buffer.count)
-                if n >= 0 { return n }
+                let n = pread(uploadFD, base, buffer.count, off_t(uploadOffset))
+                if n >= 0 {
+                    uploadOffset += n
+                    return n
+                }
                 if errno != EINTR { return c_parley_readfunc_abort() }
             }
         }
@@ -289,9 +272,6 @@ final class EasyTransfer {
 
     private func seekBody(to offset: curl_off_t, origin: Int32) -> Int32 {
         guard origin == SEEK_SET, offset >= 0, Int64(offset) <= request.body.length else { return c_parley_seekfunc_fail() }
-        if uploadFD >= 0 {
-            return lseek(uploadFD, off_t(offset), SEEK_SET) < 0 ? c_parley_seekfunc_fail() : c_parley_seekfunc_ok()
-        }
         uploadOffset = Int(offset)
         return c_parley_seekfunc_ok()
     }

@@ -42,6 +42,7 @@ final class MultiLoop: @unchecked Sendable {
     private var multi: UnsafeMutableRawPointer?
     private var transfers: [UInt64: EasyTransfer] = [:]
     private var idsByHandle: [UnsafeMutableRawPointer: UInt64] = [:]
+    private var lastStallCheck = ContinuousClock.now
 
     init(configuration: CurlTransport.Configuration, logger: Logger) {
         self.configuration = configuration
@@ -149,6 +150,7 @@ final class MultiLoop: @unchecked Sendable {
                 logger.error("curl_multi_perform failed", metadata: ["curl.multi_code": "\(performed.rawValue)"])
             }
             collectFinished(multi)
+            endStalledReaders(multi)
             // Returns on socket activity, a curl timer, a wakeup, or after one second.
             _ = curl_multi_poll(multi, nil, 0, 1000, nil)
         }
@@ -194,6 +196,7 @@ final class MultiLoop: @unchecked Sendable {
 
         case .unpause(let id):
             guard let transfer = transfers[id] else { return }
+            transfer.pausedSince = nil
             // May run the write callback right here with the bytes curl held back.
             _ = curl_easy_pause(transfer.handle, c_parley_pause_cont())
         }
@@ -208,10 +211,26 @@ final class MultiLoop: @unchecked Sendable {
             let code = c_parley_msg_result(message)
             // `message` is invalid once the handle is removed: everything is read above.
             var error: TransportError?
-            if code != CURLE_OK {
+            if let reason = transfer.headFailure {
+                error = TransportError(.unavailable, detail: "\(transfer.request.host): \(reason)")
+            } else if code != CURLE_OK {
                 error = CurlErrors.error(for: code, host: transfer.request.host)
             }
             retire(transfer, multi: multi, error: error)
+        }
+    }
+
+    /// Ends transfers paused longer than the deadline because their reader stopped
+    /// reading: they hold a connection and a buffer for a client that is gone or stuck.
+    /// Looks at most once a second.
+    private func endStalledReaders(_ multi: UnsafeMutableRawPointer) {
+        let now = ContinuousClock.now
+        guard now - lastStallCheck >= .seconds(1) else { return }
+        lastStallCheck = now
+        let deadline = configuration.pausedTransferDeadline
+        for transfer in Array(transfers.values) {
+            guard let since = transfer.pausedSince, now - since >= deadline else { continue }
+            retire(transfer, multi: multi, error: TransportError(.timeout, detail: "\(transfer.request.host): the client stopped reading the response"))
         }
     }
 

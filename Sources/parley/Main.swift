@@ -61,7 +61,8 @@ struct Serve: AsyncParsableCommand {
                 let applied = try await migrate(store: store, source: configuration.migrations, logger: logger)
                 logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
             }
-            let transport = CurlTransport(logger: logger)
+            let transport = CurlTransport(
+                configuration: .init(pausedTransferDeadline: configuration.pausedTransferDeadline), logger: logger)
             let app = buildApplication(
                 configuration: configuration,
                 dependencies: .postgres(configuration: configuration, store: store, transport: transport, logger: logger),
