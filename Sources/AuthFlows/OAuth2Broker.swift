@@ -22,11 +22,28 @@ public final class SingleFlight<Key: Hashable & Sendable, Value: Sendable>: Send
 }
 
 /// What a token-changing event was, for the audit log.
-public enum TokenEvent: String, Sendable { case issued = "token.issued", refreshed = "token.refreshed", refreshRejected = "token.refresh_rejected" }
+public enum TokenEvent: String, Sendable {
+    case issued = "token.issued"
+    case refreshed = "token.refreshed"
+    /// `invalid_grant`: the refresh token was deleted.
+    case refreshRejected = "token.refresh_rejected"
+    /// Any other failed refresh: every stored token was kept (`outcome` says why).
+    case refreshFailed = "token.refresh_failed"
+}
 
-/// Watches token events (audit); never sees token values.
+/// How a refresh ended, for metrics and the audit log.
+public enum RefreshOutcome: String, Sendable, CaseIterable {
+    case ok
+    /// `invalid_grant`: the refresh token is gone.
+    case permanent
+    /// Refused, malformed, 5xx, 429 or network: tokens kept, backing off.
+    case transient
+}
+
+/// Watches token events (audit, metrics); never sees token values.
 public protocol TokenEventSink: Sendable {
-    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant) async
+    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant, detail: String?) async
+    func refreshed(_ outcome: RefreshOutcome, destination: String)
 }
 
 /// What obtaining a token led to.
@@ -50,7 +67,7 @@ public final class OAuth2Broker: Sendable {
     let logger: Logger
     let skew: TimeInterval
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
-    private let backoff = Mutex<[TokenKey: (until: Date, failures: Int)]>([:])
+    private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
 
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
@@ -105,16 +122,24 @@ public final class OAuth2Broker: Sendable {
             case .token(let token):
                 try await access.save(token, for: key, grant: settings.grant)
                 succeeded(key)
-                await events?.record(.refreshed, key: key, grant: settings.grant)
+                events?.refreshed(.ok, destination: key.destination)
+                await events?.record(.refreshed, key: key, grant: settings.grant, detail: nil)
                 logger.info("token refreshed", metadata: ["token.key": .string(key.scopeKey), "destination": .string(key.destination)])
                 return .token(token)
-            case .permanent(let error):
+            case .invalidGrant:
                 // The refresh token is dead: forget it and go for the grant.
                 try await access.delete(key)
-                await events?.record(.refreshRejected, key: key, grant: settings.grant)
-                logger.info("refresh token rejected", metadata: ["oauth2.error": .string(error), "destination": .string(key.destination)])
+                events?.refreshed(.permanent, destination: key.destination)
+                await events?.record(.refreshRejected, key: key, grant: settings.grant, detail: "invalid_grant")
+                logger.info("refresh token rejected", metadata: ["oauth2.error": "invalid_grant", "destination": .string(key.destination)])
+            case .refused(let error):
+                throw await refreshFailed(key, grant: settings.grant, detail: error, OAuth2Error(
+                    .refused, detail: "the authorization server refused Parley's refresh request (\(error)); the stored tokens are kept"))
+            case .malformed(let reason):
+                throw await refreshFailed(key, grant: settings.grant, detail: "malformed", OAuth2Error(.invalidResponse, detail: reason))
             case .transient(let retryAfter):
-                throw failedTransiently(key, retryAfter: retryAfter)
+                throw await refreshFailed(key, grant: settings.grant, detail: "unavailable", OAuth2Error(
+                    .temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
             }
         } else if current != nil {
             try await access.delete(key)  // stale, and nothing to refresh it with
@@ -138,13 +163,17 @@ public final class OAuth2Broker: Sendable {
         case .token(let token):
             try await access.save(token, for: key, grant: settings.grant)
             succeeded(key)
-            await events?.record(.issued, key: key, grant: settings.grant)
+            await events?.record(.issued, key: key, grant: settings.grant, detail: nil)
             logger.info("token issued", metadata: ["oauth2.grant": .string(settings.grant.rawValue), "destination": .string(key.destination)])
             return .token(token)
-        case .permanent(let error):
+        case .invalidGrant:
+            throw OAuth2Error(.refused, detail: "the authorization server refused the \(settings.grant.rawValue) grant (invalid_grant)")
+        case .refused(let error):
             throw OAuth2Error(.refused, detail: "the authorization server refused the \(settings.grant.rawValue) grant (\(error))")
+        case .malformed(let reason):
+            throw backOff(key, OAuth2Error(.invalidResponse, detail: reason))
         case .transient(let retryAfter):
-            throw failedTransiently(key, retryAfter: retryAfter)
+            throw backOff(key, OAuth2Error(.temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
         }
     }
 
@@ -152,7 +181,7 @@ public final class OAuth2Broker: Sendable {
     public func store(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
         try await store.exclusively(key) { access in try await access.save(token, for: key, grant: grant) }
         succeeded(key)
-        await events?.record(.issued, key: key, grant: grant)
+        await events?.record(.issued, key: key, grant: grant, detail: nil)
     }
 
     /// Parley's own limit on token-endpoint calls per destination; every stored token is kept.
@@ -162,26 +191,36 @@ public final class OAuth2Broker: Sendable {
             .rateLimited, retryAfter: wait, detail: "Parley limits how often it asks this destination's authorization server; try again later")
     }
 
+    /// Within a back-off window the last failure is repeated without calling the server.
     private func checkBackoff(_ key: TokenKey) throws {
         let now = clock.now
-        if let gate = backoff.withLock({ $0[key] }), gate.until > now {
-            throw OAuth2Error(
-                .temporarilyUnavailable, retryAfter: .seconds(Int(gate.until.timeIntervalSince(now).rounded(.up))),
-                detail: "the authorization server failed recently; Parley waits before asking again")
-        }
+        guard let gate = backoff.withLock({ $0[key] }), gate.until > now else { return }
+        let wait = Duration.seconds(Int(gate.until.timeIntervalSince(now).rounded(.up)))
+        throw OAuth2Error(gate.error.code, retryAfter: wait, detail: gate.error.detail + "; Parley waits before asking again")
     }
 
-    private func failedTransiently(_ key: TokenKey, retryAfter: Duration?) -> OAuth2Error {
+    /// A failed refresh that keeps every stored token: metrics, audit, back-off.
+    private func refreshFailed(_ key: TokenKey, grant: OAuth2Settings.Grant, detail: String, _ error: OAuth2Error) async -> OAuth2Error {
+        events?.refreshed(.transient, destination: key.destination)
+        await events?.record(.refreshFailed, key: key, grant: grant, detail: detail)
+        return backOff(key, error)
+    }
+
+    /// Closes the key for a while (at least `Retry-After`, exponential up to 60 s) and
+    /// returns the error with the wait it ended up with.
+    private func backOff(_ key: TokenKey, _ error: OAuth2Error) -> OAuth2Error {
         let now = clock.now
-        let wait = backoff.withLock { state -> Int in
+        let wait = backoff.withLock { state -> Int64 in
             let failures = (state[key]?.failures ?? 0) + 1
-            let exponential = min(60, 1 << min(failures - 1, 6))
-            let seconds = max(Int(retryAfter?.components.seconds ?? 0), exponential)
-            state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures)
+            let exponential = Int64(min(60, 1 << min(failures - 1, 6)))
+            let seconds = max(min(error.retryAfter?.components.seconds ?? 0, 3600), exponential)
+            state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures, error)
             return seconds
         }
-        logger.warning("token endpoint failed transiently", metadata: ["destination": .string(key.destination), "retry.after.s": "\(wait)"])
-        return OAuth2Error(.temporarilyUnavailable, retryAfter: .seconds(wait), detail: "the authorization server is unavailable")
+        logger.warning(
+            "token endpoint call failed; stored tokens kept",
+            metadata: ["destination": .string(key.destination), "oauth2.failure": "\(error.code)", "retry.after.s": "\(wait)"])
+        return OAuth2Error(error.code, retryAfter: .seconds(wait), detail: error.detail)
     }
 
     private func succeeded(_ key: TokenKey) {

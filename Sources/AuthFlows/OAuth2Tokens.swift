@@ -66,6 +66,8 @@ public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
         case refused
         /// Parley's own limit on calls to this destination's token endpoint: try after `retryAfter`.
         case rateLimited
+        /// The authorization server answered nonsense (not a usable token response): `502`.
+        case invalidResponse
     }
 
     public let code: Code
@@ -79,15 +81,6 @@ public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "OAuth2Error(\(code)): \(detail)" }
-}
-
-/// What the token endpoint said, triaged.
-public enum TokenEndpointOutcome: Sendable {
-    case token(StoredToken)
-    /// `invalid_grant` and friends: retrying the same request will not help.
-    case permanent(error: String)
-    /// Network failure, 5xx, 429: keep what is stored and back off.
-    case transient(retryAfter: Duration?)
 }
 
 /// Talks to one authorization server's token and revocation endpoints (RFC 6749 §4, RFC 7009)
@@ -108,30 +101,22 @@ public struct TokenEndpointClient: Sendable {
 
     public func request(_ parameters: [(String, String)], previousRefreshToken: String? = nil) async -> TokenEndpointOutcome {
         let response: UpstreamResponse
-        let bytes: [UInt8]
         do {
             response = try await transport.send(formRequest(settings.tokenEndpoint, parameters))
-            bytes = try await response.body.collect(upTo: 256 * 1024)
         } catch {
             return .transient(retryAfter: nil)
         }
-        let json = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
-        switch response.status {
-        case 200:
-            guard let access = json?["access_token"] as? String, !access.isEmpty else { return .transient(retryAfter: nil) }
-            let expiresIn = (json?["expires_in"] as? NSNumber)?.doubleValue ?? (json?["expires_in"] as? String).flatMap(Double.init)
-            return .token(
-                StoredToken(
-                    accessToken: access,
-                    refreshToken: (json?["refresh_token"] as? String) ?? previousRefreshToken,
-                    tokenType: (json?["token_type"] as? String) ?? "Bearer",
-                    scopes: json?["scope"] as? String,
-                    expiresAt: expiresIn.map { clock.now.addingTimeInterval($0) }))
-        case 429, 500...599:
-            return .transient(retryAfter: Self.retryAfter(response.headers["Retry-After"]))
-        default:
-            return .permanent(error: (json?["error"] as? String).map(Self.safeErrorCode) ?? "http_\(response.status)")
+        let bytes: [UInt8]
+        do {
+            bytes = try await response.body.collect(upTo: TokenResponse.maxBodyBytes)
+        } catch let error as TransportError where error.code == .bodyTooLarge {
+            return .malformed(reason: "the token endpoint's answer is larger than Parley accepts")
+        } catch {
+            return .transient(retryAfter: nil)
         }
+        return TokenResponse.parse(
+            status: response.status, retryAfter: response.headers["Retry-After"], body: bytes, now: clock.now,
+            previousRefreshToken: previousRefreshToken)
     }
 
     /// RFC 7009: revokes one token; true when the server accepted the request.
@@ -159,15 +144,8 @@ public struct TokenEndpointClient: Sendable {
             timeouts: Timeouts(connect: .seconds(5), total: .seconds(30), idle: .seconds(15)))
     }
 
-    static func retryAfter(_ value: String?) -> Duration? {
-        guard let value, let seconds = Int(value.trimmingCharacters(in: .whitespaces)), seconds >= 0 else { return nil }
-        return .seconds(min(seconds, 3600))
-    }
-
     /// Error codes are echoed into logs and problems: keep them to RFC 6749's alphabet.
-    public static func safeErrorCode(_ code: String) -> String {
-        String(code.prefix(64).filter { $0.isLetter || $0 == "_" })
-    }
+    public static func safeErrorCode(_ code: String) -> String { TokenResponse.safeErrorCode(code) }
 }
 
 /// PKCE (RFC 7636) with S256.

@@ -93,8 +93,12 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
                 scopeKey: flow.scopeKey ?? endpoint.settings.defaultScopeKey)
             try await broker.store(token, for: key, grant: .authorizationCode)
             try await lifecycle.finish(flow, status: .completed, error: nil, logger: logger)
-        case .permanent(let error):
+        case .invalidGrant:
+            try await lifecycle.finish(flow, status: .failed, error: "invalid_grant", logger: logger)
+        case .refused(let error):
             try await lifecycle.finish(flow, status: .failed, error: error, logger: logger)
+        case .malformed:
+            try await lifecycle.finish(flow, status: .failed, error: "invalid_token_response", logger: logger)
         case .transient:
             try await lifecycle.finish(flow, status: .failed, error: "temporarily_unavailable", logger: logger)
         }

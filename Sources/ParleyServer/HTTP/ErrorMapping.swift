@@ -29,6 +29,8 @@ extension Problem {
                 return Problem(.forbidden, .upstreamUnauthorized, error.detail)
             case .rateLimited:
                 return .rateLimited(retryAfter: error.retryAfter ?? .seconds(1), detail: error.detail)
+            case .invalidResponse:
+                return Problem(.badGateway, .upstreamUnavailable, error.detail)
             }
         case let error as ConversationError:
             return Problem(.badGateway, .upstreamUnavailable, "the upstream conversation did not settle: \(error.detail)")

@@ -14,6 +14,7 @@ public final class Metrics: Sendable {
         case conversationRestarts = "parley_conversation_restarts"
         case registrations = "parley_registrations"
         case rateLimited = "parley_rate_limited"
+        case tokenRefreshes = "parley_token_refreshes"
 
         var help: String {
             switch self {
@@ -23,6 +24,7 @@ public final class Metrics: Sendable {
             case .conversationRestarts: "Conversation restarts (challenges, CSRF, filters)."
             case .registrations: "Registration events by action."
             case .rateLimited: "Requests refused by a rate limit, by limit."
+            case .tokenRefreshes: "Refresh-token grants by destination and outcome (ok, permanent: invalid_grant, transient: tokens kept)."
             }
         }
     }

@@ -216,12 +216,20 @@ struct RegistrationService: Sendable {
     }
 }
 
-/// Token events become audit events (no token values).
+/// Token events become audit events (no token values) and refresh outcomes a metric.
 struct AuditTokenEvents: TokenEventSink {
     let audit: AuditLog
-    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant) async {
+    let metrics: Metrics
+
+    func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant, detail: String?) async {
+        var fields = ["grant": grant.rawValue, "scopeKey": key.scopeKey]
+        if let detail { fields["outcome"] = detail }
         await audit.record(
             event.rawValue, actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
-            detail: ["grant": grant.rawValue, "scopeKey": key.scopeKey])
+            detail: fields)
+    }
+
+    func refreshed(_ outcome: RefreshOutcome, destination: String) {
+        metrics.increment(.tokenRefreshes, [("destination", destination), ("outcome", outcome.rawValue)])
     }
 }
