@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#else
+import Darwin
+#endif
+
 /// HTTP values the conversation engine works with. They carry no I/O: a
 /// `Transport` turns an `UpstreamRequest` into an `UpstreamResponse`.
 
@@ -72,8 +80,14 @@ public struct HeaderFields: Sendable, Sequence, Equatable, ExpressibleByDictiona
 public enum RequestBody: Sendable, Equatable {
     case empty
     case bytes([UInt8])
-    /// A spool file owned by whoever created it; `length` is its size in bytes.
-    case file(path: String, length: Int64)
+    /// An open file (a spool file, nameless once created); `length` is its size in bytes.
+    case file(BodyFile, length: Int64)
+
+    /// Opens the file at `path` for reading; when it cannot be opened, sending fails
+    /// with `invalidRequest`.
+    public static func file(path: String, length: Int64) -> RequestBody {
+        .file(BodyFile(adopting: open(path, O_RDONLY | O_CLOEXEC)), length: length)
+    }
 
     public var length: Int64 {
         switch self {
@@ -82,6 +96,24 @@ public enum RequestBody: Sendable, Equatable {
         case .file(_, let length): length
         }
     }
+}
+
+/// An open file descriptor holding a request body. Readers use positional reads
+/// (`pread`), so a replay or a second transfer never shares an offset with another.
+/// The descriptor has this one owner and is closed once, when the last reference goes.
+public final class BodyFile: Sendable, Equatable {
+    /// -1 when the file could not be opened.
+    public let descriptor: Int32
+
+    public init(adopting descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    deinit {
+        if descriptor >= 0 { _ = close(descriptor) }
+    }
+
+    public static func == (a: BodyFile, b: BodyFile) -> Bool { a === b }
 }
 
 /// TLS material for one upstream call. Verification of the server is always on.

@@ -4,34 +4,40 @@ import Foundation
 import NIOCore
 import NIOPosix
 import ParleyCrypto
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// A proxied request body made replayable: kept in memory up to a limit, then in a
-/// spool file (mode 0600) that `remove()` deletes. File writes run on NIO's
-/// blocking thread pool, never on an event loop.
+/// spool file that has no name: it is created with `O_TMPFILE` (or unlinked the moment
+/// it is created where the file system lacks that), so nothing is left on disk when
+/// the process dies, and the disk space returns when the last descriptor closes.
+/// File writes run on NIO's blocking thread pool, never on an event loop.
 struct SpooledBody: Sendable {
     let body: RequestBody
-    private let path: String?
+    private let reservation: SpoolReservation?
 
-    init(body: RequestBody, path: String?) {
+    init(body: RequestBody, reservation: SpoolReservation?) {
         self.body = body
-        self.path = path
+        self.reservation = reservation
     }
 
-    /// Deletes the spool file, if any. Safe to call more than once.
+    /// Returns the spool's disk quota early; the file itself closes with the last
+    /// reference to the body. Safe to call more than once.
     func remove() {
-        if let path { unlink(path) }
+        reservation?.release()
     }
 
-    /// Reads `source` whole. Throws `Problem` 413 past `limit` bytes; cleans up on every failure.
+    /// Reads `source` whole. Throws `Problem` 413 past `limit` bytes or when the spool's
+    /// quota is spent; cleans up on every failure.
     static func read<S: AsyncSequence>(
-        _ source: S, limit: Int64, memoryLimit: Int, directory: String
+        _ source: S, limit: Int64, memoryLimit: Int, spool: Spool
     ) async throws -> SpooledBody where S.Element == ByteBuffer {
         var memory: [UInt8] = []
         var file: SpoolFile?
+        let reservation = SpoolReservation(spool: spool)
         var total: Int64 = 0
         var pending: [UInt8] = []
         do {
@@ -41,6 +47,7 @@ struct SpooledBody: Sendable {
                     throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
                 }
                 if let open = file {
+                    try reservation.grow(Int64(buffer.readableBytes))
                     pending.append(contentsOf: buffer.readableBytesView)
                     if pending.count >= 256 * 1024 {
                         try await open.write(pending)
@@ -49,7 +56,8 @@ struct SpooledBody: Sendable {
                 } else if memory.count + buffer.readableBytes <= memoryLimit {
                     memory.append(contentsOf: buffer.readableBytesView)
                 } else {
-                    let created = try await SpoolFile.create(in: directory)
+                    try reservation.grow(Int64(memory.count + buffer.readableBytes))
+                    let created = try await SpoolFile.create(in: spool.directory)
                     file = created
                     pending = memory
                     pending.append(contentsOf: buffer.readableBytesView)
@@ -58,44 +66,110 @@ struct SpooledBody: Sendable {
             }
             if let open = file {
                 if !pending.isEmpty { try await open.write(pending) }
-                try await open.close()
-                return SpooledBody(body: .file(path: open.path, length: total), path: open.path)
+                return SpooledBody(body: .file(open.file, length: total), reservation: reservation)
             }
-            return SpooledBody(body: memory.isEmpty ? .empty : .bytes(memory), path: nil)
+            reservation.release()
+            return SpooledBody(body: memory.isEmpty ? .empty : .bytes(memory), reservation: nil)
         } catch {
-            if let file {
-                try? await file.close()
-                unlink(file.path)
-            }
+            reservation.release()
             throw error
         }
     }
 }
 
-/// One spool file being written; its descriptor is closed exactly once.
-final class SpoolFile: Sendable {
-    let path: String
-    private let fd: Int32
+/// The spool directory and its disk quota, shared by every request of this instance.
+final class Spool: Sendable {
+    let directory: String
+    let quotaBytes: Int64
+    private let used = Atomic<Int64>(0)
 
-    private init(path: String, fd: Int32) {
-        self.path = path
-        self.fd = fd
+    init(directory: String, quotaBytes: Int64) {
+        self.directory = directory
+        self.quotaBytes = quotaBytes
     }
 
+    /// Bytes currently held by spool files.
+    var usedBytes: Int64 { used.load(ordering: .relaxed) }
+
+    func reserve(_ bytes: Int64) -> Bool {
+        let after = used.wrappingAdd(bytes, ordering: .relaxed).newValue
+        guard after <= quotaBytes else {
+            used.wrappingSubtract(bytes, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    func unreserve(_ bytes: Int64) { used.wrappingSubtract(bytes, ordering: .relaxed) }
+
+    /// Deletes spool files an earlier process left behind (only possible where the file
+    /// system has no `O_TMPFILE` and the process died between create and unlink).
+    /// Runs once at start, off the event loops. Returns how many were removed.
+    func sweep() -> Int {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return 0 }
+        var removed = 0
+        for name in names where name.hasPrefix(SpoolFile.namePrefix) {
+            if unlink(directory + (directory.hasSuffix("/") ? "" : "/") + name) == 0 { removed += 1 }
+        }
+        return removed
+    }
+}
+
+/// One request's share of the spool quota; given back once.
+final class SpoolReservation: Sendable {
+    private let spool: Spool
+    private let bytes = Mutex<Int64>(0)
+
+    init(spool: Spool) { self.spool = spool }
+
+    deinit { release() }
+
+    func grow(_ delta: Int64) throws(Problem) {
+        guard spool.reserve(delta) else {
+            var problem = Problem(
+                .contentTooLarge, .payloadTooLarge, "Parley's spool for large request bodies is full; try again later")
+            problem.headers[.retryAfter] = "5"
+            throw problem
+        }
+        bytes.withLock { $0 += delta }
+    }
+
+    func release() {
+        let held = bytes.withLock { held -> Int64 in
+            defer { held = 0 }
+            return held
+        }
+        if held > 0 { spool.unreserve(held) }
+    }
+}
+
+/// One spool file being written through its descriptor, which the `BodyFile` owns.
+struct SpoolFile: Sendable {
+    static let namePrefix = "parley-body-"
+    let file: BodyFile
+
     static func create(in directory: String) async throws -> SpoolFile {
-        let path = directory + (directory.hasSuffix("/") ? "" : "/") + "parley-body-" + Hex.encode(SecureRandom.bytes(12))
-        let fd = try await NIOThreadPool.singleton.runIfActive { open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600) }
+        let fd = try await NIOThreadPool.singleton.runIfActive { () -> Int32 in
+            // O_TMPFILE (Linux): a file that never has a name.
+            let nameless = open(directory, Int32(0o20_200_000) | O_RDWR | O_CLOEXEC, 0o600)
+            if nameless >= 0 { return nameless }
+            let path = directory + (directory.hasSuffix("/") ? "" : "/") + namePrefix + Hex.encode(SecureRandom.bytes(12))
+            let fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0o600)
+            if fd >= 0 { unlink(path) }
+            return fd
+        }
         guard fd >= 0 else { throw Problem(.internalServerError, .internalError, "cannot create a spool file for the request body") }
-        return SpoolFile(path: path, fd: fd)
+        return SpoolFile(file: BodyFile(adopting: fd))
     }
 
     func write(_ bytes: [UInt8]) async throws {
-        let fd = self.fd
+        let file = self.file
         let ok = try await NIOThreadPool.singleton.runIfActive {
             bytes.withUnsafeBytes { buffer -> Bool in
+                guard let base = buffer.baseAddress else { return true }
                 var offset = 0
                 while offset < buffer.count {
-                    let n = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                    let n = Glibc.write(file.descriptor, base + offset, buffer.count - offset)
                     if n < 0 {
                         if errno == EINTR { continue }
                         return false
@@ -106,10 +180,5 @@ final class SpoolFile: Sendable {
             }
         }
         guard ok else { throw Problem(.internalServerError, .internalError, "cannot write the request body spool file") }
-    }
-
-    func close() async throws {
-        let fd = self.fd
-        _ = try await NIOThreadPool.singleton.runIfActive { Glibc.close(fd) }
     }
 }

@@ -68,7 +68,7 @@ struct HostedUpstream: Sendable {
     let kinds: FlowKinds
     let registrations: any RegistrationRepository
     let conversations: Conversations
-    let spoolDirectory: String
+    let spool: Spool
 
     // MARK: the web path
 
@@ -102,7 +102,7 @@ struct HostedUpstream: Sendable {
             headers.set("X-Forwarded-Prefix", parts.path + "/web/" + name)
         }
         let spooled = try await SpooledBody.read(
-            request.body, limit: Self.maxBodyBytes, memoryLimit: Int(Self.maxBodyBytes), directory: spoolDirectory)
+            request.body, limit: Self.maxBodyBytes, memoryLimit: Int(Self.maxBodyBytes), spool: spool)
         defer { spooled.remove() }
         let result = try await conversations.browserManager(for: registration).execute(
             UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
