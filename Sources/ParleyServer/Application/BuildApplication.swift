@@ -77,7 +77,7 @@ func compose(
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
     let usage = TokenUsage()
     let broker = OAuth2Broker(
-        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit), callGate: limits, usage: usage, logger: logger)
+        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics), callGate: limits, usage: usage, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
@@ -111,9 +111,11 @@ func compose(
             flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, invalidation: invalidation, limits: limits,
             publicURL: configuration.publicURL),
     ])
+    let spool = Spool(directory: configuration.spoolDirectory, quotaBytes: configuration.spoolQuotaBytes)
+    let swept = spool.sweep()
+    if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
     let hostedUpstream = HostedUpstream(
-        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
-        spoolDirectory: configuration.spoolDirectory)
+        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, spool: spool)
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
@@ -121,8 +123,9 @@ func compose(
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.maxJSONBytes),
         flowPages: FlowPagesController(flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations),
         proxy: ProxyController(
-            conversations: conversations, flows: flows, metrics: metrics, limits: limits, memoryBodyBytes: configuration.memoryBodyBytes,
-            spoolDirectory: configuration.spoolDirectory),
+            conversations: conversations, flows: flows, metrics: metrics, limits: limits,
+            inFlight: InFlightLimits(perRegistration: configuration.maxInFlightPerRegistration),
+            memoryBodyBytes: configuration.memoryBodyBytes, spool: spool),
         admin: AdminController(
             administration: Administration(
                 repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
@@ -158,6 +161,10 @@ public func buildApplication(
     let composed = compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger)
     return Application(
         router: composed.router,
+        server: .http1(
+            configuration: .init(additionalChannelHandlers: [
+                SlowPeerGuard(headTimeout: configuration.requestHeadTimeout, bodyIdleTimeout: configuration.requestBodyIdleTimeout)
+            ])),
         configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
         services: dependencies.services + composed.services + extraServices,
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },

@@ -18,8 +18,9 @@ struct ProxyController: Sendable {
     let flows: FlowService
     let metrics: Metrics
     let limits: RateLimits
+    let inFlight: InFlightLimits
     let memoryBodyBytes: Int
-    let spoolDirectory: String
+    let spool: Spool
 
     @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let registration = try context.approvedRegistration()
@@ -36,8 +37,9 @@ struct ProxyController: Sendable {
         if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
             throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
         }
+        let ticket = try inFlight.admit(registration.id)
         let manager = try conversations.manager(for: registration)
-        let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, directory: spoolDirectory)
+        let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
         let result: ConversationResult
         do {
             let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
@@ -51,8 +53,7 @@ struct ProxyController: Sendable {
             metrics.increment(.upstreamErrors, [("destination", destination.name), ("kind", Problem.from(error).code.rawValue)])
             throw error
         }
-        // The conversation is over: no restart can replay the body any more. libcurl
-        // read the spool file through its own descriptor, so unlinking it now is safe.
+        // The conversation is over: no restart can replay the body any more.
         spooled.remove()
 
         switch result {
@@ -63,13 +64,14 @@ struct ProxyController: Sendable {
                 limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
             }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
-            return try Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head)
+            return try Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
         }
     }
 
     /// The upstream's final answer for the client. A status outside 100–599 is the
     /// upstream's nonsense: `502`, and the process goes on.
-    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool) throws(Problem) -> Response {
+    /// `ticket` is held until the body is written (or the response is dropped).
+    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool, ticket: InFlightTicket? = nil) throws(Problem) -> Response {
         guard (100...599).contains(upstream.status) else {
             upstream.body.discard()
             throw Problem(.badGateway, .upstreamUnavailable, "the upstream answered with an invalid status")
@@ -89,7 +91,10 @@ struct ProxyController: Sendable {
         return Response(
             status: status, headers: headers,
             body: ResponseBody(contentLength: length) { writer in
-                defer { body.discard() }
+                defer {
+                    body.discard()
+                    ticket?.release()
+                }
                 for try await chunk in body {
                     try await writer.write(ByteBuffer(bytes: chunk))
                 }
