@@ -1,0 +1,45 @@
+import AuthFlows
+import Conversation
+@testable import ParleyServer
+import Testing
+
+/// The proxy rules without a server: headers that never go upstream, and the upstream
+/// URL built by `ProxyPath` with the same refusals (and words) the API has always given.
+@Suite struct ProxyRulesTests {
+    @Test func routingOverrideHeadersNeverGoUpstream() {
+        let overrides = [
+            "X-Original-URL", "X-Rewrite-URL", "X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "X-Real-IP", "True-Client-IP",
+        ]
+        let sent = overrides.map { ($0, "/admin") } + [("x-original-url", "/lower"), ("TRUE-CLIENT-IP", "1.2.3.4"), ("X-Keep", "kept")]
+        let forwarded = ProxyRules.forwardable(sent.map { (name: $0.0, value: $0.1) })
+        #expect(forwarded.map(\.name) == ["X-Keep"])
+    }
+
+    @Test func upstreamURLKeepsItsRefusalsAndWords() throws {
+        let destination = try DestinationSpec(name: "d", url: "https://upstream.example/base/").validated()
+        #expect(try ProxyRules.upstreamURL(destination: destination, rawPath: "a/b%20c/", rawQuery: "x=1") == "https://upstream.example/base/a/b%20c/?x=1")
+        let refused: [(String, String?, String)] = [
+            ("a//b", nil, "the proxy path has an empty segment ('//')"),
+            ("a\\b", nil, "the proxy path contains a backslash"),
+            ("a%zz", nil, "the proxy path has bad percent-encoding"),
+            ("a%0d", nil, "the proxy path contains control characters"),
+            ("a%2Fb", nil, "the proxy path contains an encoded '/' or '\\'"),
+            ("%2e%2e;x/admin", nil, "the proxy path contains a '.' or '..' segment"),
+            ("a", "x=1#frag", "the query contains characters that are not allowed"),
+        ]
+        for (path, query, words) in refused {
+            #expect(throws: Problem.self) { try ProxyRules.upstreamURL(destination: destination, rawPath: path, rawQuery: query) }
+            do {
+                _ = try ProxyRules.upstreamURL(destination: destination, rawPath: path, rawQuery: query)
+            } catch {
+                #expect(error.code == .invalidRequest)
+                #expect(error.detail == words, "\(path)")
+            }
+        }
+        #expect(throws: ProxyPathError.unusableDestination) { try ProxyPath.upstreamURL(baseURL: "ftp://x", rawPath: "a", rawQuery: nil) }
+        // Kept as it is: '@' and ':' are path characters and stay after the first '/'.
+        #expect(
+            try ProxyPath.upstreamURL(baseURL: "https://upstream.example", rawPath: "x@evil.example:1", rawQuery: nil)
+                == "https://upstream.example/x@evil.example:1")
+    }
+}
