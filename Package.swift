@@ -54,7 +54,10 @@ let package = Package(
         ),
         .target(
             name: "AuthFlows",
-            dependencies: ["Conversation", "ParleyCrypto", "ParleyEncoding", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Conversation", "ParleyCrypto", "ParleyEncoding", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Yams", package: "Yams"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

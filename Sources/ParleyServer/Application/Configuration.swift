@@ -3,7 +3,6 @@ import Conversation
 public import Foundation
 public import ParleyCrypto
 public import Store
-import Yams
 
 /// Parley's configuration, read once from `PARLEY_*` variables and the
 /// destinations file. Every problem is reported at start, not the first one only.
@@ -112,14 +111,9 @@ public struct ParleyConfiguration: Sendable {
         var destinations: [Destination] = []
         if let path = env["PARLEY_DESTINATIONS"], !path.isEmpty {
             do {
-                let specs = try DestinationsFile.load(path: path)
-                for spec in specs {
-                    do { destinations.append(try spec.validated()) } catch { problems += error.problems }
-                }
-                let names = specs.map(\.name)
-                for name in Set(names) where names.filter({ $0 == name }).count > 1 {
-                    problems.append("destination '\(name)' is defined twice")
-                }
+                destinations = try DestinationsDocument.validate(try DestinationsFile.load(path: path))
+            } catch let error as DestinationSpec.Invalid {
+                problems += error.problems
             } catch {
                 problems.append("\(error)")
             }
@@ -181,12 +175,8 @@ public struct ParleyConfiguration: Sendable {
     }
 }
 
-/// The destinations file: `destinations: [ … ]` in YAML (JSON is YAML too).
+/// The destinations file on disk; its text is read by `DestinationsDocument` (AuthFlows).
 public enum DestinationsFile {
-    struct File: Decodable {
-        var destinations: [DestinationSpec]
-    }
-
     public struct LoadError: Error, CustomStringConvertible {
         public let description: String
     }
@@ -200,23 +190,11 @@ public enum DestinationsFile {
 
     public static func parse(_ text: String, source: String = "destinations") throws -> [DestinationSpec] {
         do {
-            return try YAMLDecoder().decode(File.self, from: text).destinations
-        } catch let error as DecodingError {
-            throw LoadError(description: "\(source): \(describe(error))")
+            return try DestinationsDocument.decode(text, source: source)
         } catch {
-            throw LoadError(description: "\(source): not valid YAML (\(error))")
+            throw LoadError(description: error.description)
         }
     }
 
-    static func describe(_ error: DecodingError) -> String {
-        func path(_ context: DecodingError.Context) -> String {
-            context.codingPath.map { $0.intValue.map { "[\($0)]" } ?? "." + $0.stringValue }.joined()
-        }
-        switch error {
-        case .keyNotFound(let key, let context): return "missing '\(key.stringValue)' at \(path(context).isEmpty ? "top level" : path(context))"
-        case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-            return "bad value at \(path(context)): \(context.debugDescription)"
-        @unknown default: return "cannot decode"
-        }
-    }
+    static func describe(_ error: DecodingError) -> String { DestinationsDocument.describe(error) }
 }
