@@ -1,5 +1,6 @@
 public import Conversation
 public import Foundation
+internal import CPSL
 
 /// One upstream cookie as RFC 6265 §5.3 stores it.
 public struct StoredCookie: Sendable, Equatable {
@@ -43,6 +44,12 @@ public struct StoredCookie: Sendable, Equatable {
 }
 
 public enum Cookies {
+    /// A registration's jar at most: RFC 6265 §6.1 lets a user agent cap what it keeps.
+    public static let maxCookies = 200
+    public static let maxJarBytes = 128 * 1024
+    /// RFC 6265bis §5.5: `Max-Age` and `Expires` are capped to 400 days.
+    public static let maxLifetime: TimeInterval = 400 * 24 * 3600
+
     /// What parsing one `Set-Cookie` produced.
     public enum Outcome: Sendable, Equatable {
         case store(StoredCookie)
@@ -51,8 +58,9 @@ public enum Cookies {
         case ignore
     }
 
-    /// RFC 6265 §5.2 and §5.3, without a public-suffix list: a Domain attribute
-    /// must domain-match the request host, and an IP host takes host-only cookies.
+    /// RFC 6265 §5.2 and §5.3: a Domain attribute must domain-match the request host and
+    /// must not be a public suffix (libpsl's list, as browsers use it); an IP host takes
+    /// host-only cookies. Lifetimes are capped at `maxLifetime`.
     public static func parse(_ header: String, from url: URLParts, at now: Date) -> Outcome {
         let parts = header.split(separator: ";", omittingEmptySubsequences: false)
         guard let pair = parts.first, let eq = pair.firstIndex(of: "=") else { return .ignore }
@@ -83,7 +91,7 @@ public enum Cookies {
             case "path":
                 pathAttribute = val.hasPrefix("/") ? val : nil
             case "max-age":
-                if let n = Int(val) { maxAge = n }
+                if let n = parseMaxAge(val) { maxAge = n }
             case "expires":
                 expires = parseHTTPDate(val)
             case "secure":
@@ -99,7 +107,8 @@ public enum Cookies {
         let hostOnly: Bool
         let domain: String
         if let domainAttribute {
-            guard domainMatches(host: url.host, domain: domainAttribute), !isIPAddress(url.host) || url.host == domainAttribute
+            guard domainMatches(host: url.host, domain: domainAttribute), !isIPAddress(url.host) || url.host == domainAttribute,
+                isCookieDomainAcceptable(host: url.host, domain: domainAttribute)
             else { return .ignore }
             hostOnly = url.host == domainAttribute && isIPAddress(url.host)
             domain = domainAttribute
@@ -111,9 +120,9 @@ public enum Cookies {
 
         var expiresAt: Date?
         if let maxAge {
-            expiresAt = maxAge <= 0 ? .distantPast : now.addingTimeInterval(TimeInterval(maxAge))
+            expiresAt = maxAge <= 0 ? .distantPast : now.addingTimeInterval(min(TimeInterval(maxAge), maxLifetime))
         } else if let expires {
-            expiresAt = expires
+            expiresAt = min(expires, now.addingTimeInterval(maxLifetime))
         }
         if let expiresAt, expiresAt <= now { return .delete(name: name, domain: domain, path: path) }
         return .store(
@@ -138,6 +147,56 @@ public enum Cookies {
         if requestPath == cookiePath { return true }
         guard requestPath.hasPrefix(cookiePath) else { return false }
         return cookiePath.hasSuffix("/") || requestPath.dropFirst(cookiePath.count).hasPrefix("/")
+    }
+
+    /// RFC 6265 §5.2.2: an optional `-` and digits; more digits than fit count as "very
+    /// long" (then capped), anything else leaves the attribute out.
+    static func parseMaxAge(_ text: String) -> Int? {
+        let negative = text.hasPrefix("-")
+        let digits = negative ? text.dropFirst() : Substring(text)
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        guard let value = Int(digits) else { return negative ? -1 : Int.max }
+        return negative ? -value : value
+    }
+
+    /// libpsl's check: `domain` domain-matches `host` and is not a public suffix (`com`,
+    /// `co.uk`, a single-label name), unless it is the host itself.
+    static func isCookieDomainAcceptable(host: String, domain: String) -> Bool {
+        guard let list = psl_builtin() else { return host == domain }
+        return psl_is_cookie_domain_acceptable(list, host, domain) == 1
+    }
+
+    /// Applies the jar's limits to what one response wants to store: replacing a cookie
+    /// is always allowed; a new one only while the jar stays under `maxCookies` and
+    /// `maxJarBytes` (expired cookies are dropped first). Returns what to store and
+    /// what to delete.
+    public static func admit(
+        store: [StoredCookie], delete: [(name: String, domain: String, path: String)], existing: [StoredCookie], at now: Date
+    ) -> (store: [StoredCookie], delete: [(name: String, domain: String, path: String)]) {
+        func identity(_ c: StoredCookie) -> String { "\(c.name)\u{0}\(c.domain)\u{0}\(c.path)" }
+        func size(_ c: StoredCookie) -> Int { c.name.utf8.count + c.value.utf8.count + c.domain.utf8.count + c.path.utf8.count }
+        var deletes = delete
+        var jar: [String: Int] = [:]
+        for cookie in existing {
+            if cookie.isExpired(at: now) {
+                deletes.append((cookie.name, cookie.domain, cookie.path))
+            } else {
+                jar[identity(cookie)] = size(cookie)
+            }
+        }
+        for gone in delete { jar["\(gone.name)\u{0}\(gone.domain)\u{0}\(gone.path)"] = nil }
+        var bytes = jar.values.reduce(0, +)
+        var admitted: [StoredCookie] = []
+        for cookie in store {
+            let id = identity(cookie)
+            let previous = jar[id]
+            let grown = bytes - (previous ?? 0) + size(cookie)
+            guard grown <= maxJarBytes, previous != nil || jar.count < maxCookies else { continue }
+            jar[id] = size(cookie)
+            bytes = grown
+            admitted.append(cookie)
+        }
+        return (admitted, deletes)
     }
 
     static func defaultPath(_ path: String) -> String {
@@ -201,8 +260,11 @@ public struct RegistrationCookieJar: CookieStorage {
                 break
             }
         }
-        if !store.isEmpty || !delete.isEmpty {
-            try await records.apply(registrationID: registrationID, store: store, delete: delete)
+        guard !store.isEmpty || !delete.isEmpty else { return }
+        let existing = try await records.cookies(registrationID: registrationID)
+        let admitted = Cookies.admit(store: store, delete: delete, existing: existing, at: now)
+        if !admitted.store.isEmpty || !admitted.delete.isEmpty {
+            try await records.apply(registrationID: registrationID, store: admitted.store, delete: admitted.delete)
         }
     }
 }

@@ -68,6 +68,15 @@ public struct PostgresCookies: CookieRepository {
                         expires_at = EXCLUDED.expires_at, updated_at = now()
                     """)
             }
+            if !add.isEmpty {
+                // The jar's cap holds even when two instances admit cookies at once:
+                // expired cookies go, then the least recently set beyond the cap.
+                try await connection.execute(
+                    """
+                    DELETE FROM cookies WHERE registration_id = \(id) AND (expires_at <= now() OR ctid IN (
+                        SELECT ctid FROM cookies WHERE registration_id = \(id) ORDER BY updated_at DESC OFFSET \(Cookies.maxCookies)))
+                    """)
+            }
             // Every instance drops its copy of this jar when the transaction commits.
             try await connection.execute(
                 "SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(cookieJarOf: id)))")
