@@ -1,4 +1,5 @@
 public import Conversation
+public import ParleyCrypto
 public import Logging
 
 /// What a registration brings to its manager: its id, APPCID, and secrets opened from the store.
@@ -19,13 +20,30 @@ public struct RegistrationMaterial: Sendable {
     }
 }
 
+/// A client certificate as Parley keeps it: checked and converted to PEM once (no key
+/// derivation per connection); rows stored before that keep their PKCS#12 as uploaded.
 public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
-    public var pkcs12: [UInt8]
+    public var identity: ClientIdentity?
+    public var pkcs12: [UInt8]?
     public var password: String?
+
+    public init(identity: ClientIdentity) {
+        self.identity = identity
+    }
 
     public init(pkcs12: [UInt8], password: String?) {
         self.pkcs12 = pkcs12
         self.password = password
+    }
+
+    func apply(to tls: inout TLSOptions) {
+        if let identity {
+            tls.clientCertificatePEM = identity.certificatePEM
+            tls.clientKeyPEM = identity.privateKeyPEM
+        } else {
+            tls.clientPKCS12 = pkcs12
+            tls.clientPKCS12Password = password
+        }
     }
 }
 
@@ -115,11 +133,9 @@ public struct DestinationConfigurator: Sendable {
         var tls = TLSOptions()
         if let pem = destination.caCertificate { tls.caPEM = Array(pem.utf8) }
         if let own = registration.clientCertificate {
-            tls.clientPKCS12 = own.pkcs12
-            tls.clientPKCS12Password = own.password
+            own.apply(to: &tls)
         } else if let shared = destination.clientCertificate {
-            tls.clientPKCS12 = shared.pkcs12
-            tls.clientPKCS12Password = shared.password
+            shared.apply(to: &tls)
         }
         return tls
     }

@@ -1,3 +1,4 @@
+import ParleyCrypto
 public import Conversation
 import ParleyEncoding
 
@@ -27,11 +28,21 @@ public struct Destination: Sendable {
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
-    /// Whether `returnUrl` is allowed: equal to an entry, or starting with an entry ending in `*`.
+    /// Whether `returnUrl` is allowed: equal to an entry, or, for an entry ending in `*`,
+    /// starting with the rest of it at a boundary: the prefix ends in `/`, `?` or `#`, or
+    /// what follows it starts with one of them. `https://app/cb*` allows `https://app/cb`,
+    /// `https://app/cb/done` and `https://app/cb?x=1`, not `https://app/cbx` nor, for
+    /// `https://app*`, `https://app.evil.example`.
     public func allowsReturnURL(_ returnUrl: String) -> Bool {
+        let boundaries: Set<Character> = ["/", "?", "#"]
         for entry in allowedReturnUrls {
             if entry.hasSuffix("*") {
-                if returnUrl.hasPrefix(entry.dropLast()) { return true }
+                let prefix = entry.dropLast()
+                guard returnUrl.hasPrefix(prefix) else { continue }
+                let rest = returnUrl.dropFirst(prefix.count)
+                if rest.isEmpty || prefix.last.map(boundaries.contains) == true || rest.first.map(boundaries.contains) == true {
+                    return true
+                }
             } else if entry == returnUrl {
                 return true
             }
@@ -279,7 +290,11 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         var certificate: ClientCertificateMaterial?
         if let cert = clientCertificate {
             if let bytes = Base64.decode(cert.pkcs12), !bytes.isEmpty {
-                certificate = ClientCertificateMaterial(pkcs12: bytes, password: cert.password)
+                do {
+                    certificate = ClientCertificateMaterial(identity: try ClientIdentity.importPKCS12(bytes, password: cert.password))
+                } catch {
+                    problems.append("\(label): clientCertificate.pkcs12 \(error)")
+                }
             } else {
                 problems.append("\(label): clientCertificate.pkcs12 is not base64")
             }

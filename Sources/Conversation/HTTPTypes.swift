@@ -121,6 +121,10 @@ public struct TLSOptions: Sendable, Equatable {
     /// PKCS#12 bundle presented when the server asks for a client certificate.
     public var clientPKCS12: [UInt8]?
     public var clientPKCS12Password: String?
+    /// The same identity as PEM (certificate then chain, and an unencrypted key): what
+    /// Parley stores, so that no connection pays for PKCS#12 key derivation.
+    public var clientCertificatePEM: [UInt8]?
+    public var clientKeyPEM: [UInt8]?
     /// Extra trust anchors (PEM) in addition to the system store.
     public var caPEM: [UInt8]?
 

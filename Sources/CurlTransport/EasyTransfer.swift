@@ -104,7 +104,12 @@ final class EasyTransfer {
         if let ca = request.tls.caPEM, !ca.isEmpty {
             try setBlob(CURLOPT_CAINFO_BLOB, ca, "CAINFO_BLOB")
         }
-        if let p12 = request.tls.clientPKCS12 {
+        if let certificate = request.tls.clientCertificatePEM, let key = request.tls.clientKeyPEM {
+            try setBlob(CURLOPT_SSLCERT_BLOB, certificate, "SSLCERT_BLOB")
+            try check(c_parley_easy_setopt_string(h, CURLOPT_SSLCERTTYPE, "PEM"), "SSLCERTTYPE")
+            try setBlob(CURLOPT_SSLKEY_BLOB, key, "SSLKEY_BLOB")
+            try check(c_parley_easy_setopt_string(h, CURLOPT_SSLKEYTYPE, "PEM"), "SSLKEYTYPE")
+        } else if let p12 = request.tls.clientPKCS12 {
             guard !p12.isEmpty else {
                 throw TransportError(.invalidRequest, detail: "\(request.host): client certificate is empty")
             }

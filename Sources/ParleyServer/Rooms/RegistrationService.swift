@@ -1,3 +1,4 @@
+import NIOPosix
 import AuthFlows
 import Conversation
 import Foundation
@@ -56,10 +57,22 @@ struct RegistrationService: Sendable {
         }
         var certificate: ClientCertificateMaterial?
         if let c = input.clientCertificate {
-            guard let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
-                throw Problem.invalid("clientCertificate.pkcs12 must be base64 PKCS#12")
+            guard c.pkcs12.utf8.count <= 4 * ClientIdentity.maxPKCS12Bytes / 3 + 4, let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
+                throw Problem.invalid("clientCertificate.pkcs12 must be base64 PKCS#12 of at most \(ClientIdentity.maxPKCS12Bytes) bytes")
             }
-            certificate = ClientCertificateMaterial(pkcs12: bytes, password: c.password)
+            // Checked and converted once, here, off the event loops; key derivation is bounded.
+            let password = c.password
+            let outcome = try await NIOThreadPool.singleton.runIfActive { () -> Result<ClientIdentity, ClientIdentity.ImportError> in
+                do throws(ClientIdentity.ImportError) {
+                    return .success(try ClientIdentity.importPKCS12(bytes, password: password))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            switch outcome {
+            case .success(let identity): certificate = ClientCertificateMaterial(identity: identity)
+            case .failure(let error): throw Problem.invalid("clientCertificate.pkcs12 \(error)")
+            }
         }
 
         if case .enrolment(let expected) = destination.registrationPolicy {
