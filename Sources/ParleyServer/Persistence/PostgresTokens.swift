@@ -4,15 +4,22 @@ public import ParleyCrypto
 public import Store
 
 /// OAuth2 tokens in PostgreSQL, sealed and bound to their (destination, registration,
-/// scope key) identity. Exclusive sections take a transaction-scoped advisory lock on
-/// that identity and run on the same connection.
+/// scope key) identity. Exclusive sections hold a lease row on that identity
+/// (`token_leases`), not a transaction: the token-endpoint call inside a section holds
+/// no connection, and each read or write is one short statement on a pooled connection.
 public struct PostgresTokens: TokenRepository {
     let store: PostgresStore
     let keyRing: KeyRing
+    /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
+    let leaseDuration: Duration
+    /// How long a section waits for another holder before giving up with `503`.
+    let leaseWait: Duration
 
-    public init(store: PostgresStore, keyRing: KeyRing) {
+    public init(store: PostgresStore, keyRing: KeyRing, leaseDuration: Duration = .seconds(45), leaseWait: Duration = .seconds(50)) {
         self.store = store
         self.keyRing = keyRing
+        self.leaseDuration = leaseDuration
+        self.leaseWait = leaseWait
     }
 
     public func load(_ key: TokenKey) async throws -> StoredToken? {
@@ -20,10 +27,47 @@ public struct PostgresTokens: TokenRepository {
     }
 
     public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
-        try await store.withTransaction { connection in
-            try await connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(\("parley.token|" + key.description), 0))")
-            return try await body(ConnectionTokens(connection: connection, keyRing: keyRing))
+        let owner = UUID().uuidString
+        try await acquireLease(key, owner: owner)
+        let result: T
+        do {
+            result = try await body(PooledTokens(store: store, keyRing: keyRing))
+        } catch {
+            await releaseLease(key, owner: owner)
+            throw error
         }
+        await releaseLease(key, owner: owner)
+        return result
+    }
+
+    /// Takes the lease, waiting (10 ms doubling to 250 ms) while another live holder has it.
+    private func acquireLease(_ key: TokenKey, owner: String) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: leaseWait)
+        let seconds = Double(leaseDuration.components.seconds) + Double(leaseDuration.components.attoseconds) / 1e18
+        var pause = Duration.milliseconds(10)
+        while true {
+            let rows = try await store.query(
+                """
+                INSERT INTO token_leases (lock_key, owner, expires_at)
+                VALUES (\(key.description), \(owner), now() + \(seconds) * interval '1 second')
+                ON CONFLICT (lock_key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+                    WHERE token_leases.expires_at < now()
+                RETURNING owner
+                """)
+            if !rows.isEmpty { return }
+            guard clock.now.advanced(by: pause) < deadline else {
+                throw OAuth2Error(
+                    .temporarilyUnavailable, retryAfter: .seconds(1), detail: "another Parley instance is still obtaining this token")
+            }
+            try await Task.sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(250))
+        }
+    }
+
+    /// Best effort: a lease that cannot be deleted now lapses by itself.
+    private func releaseLease(_ key: TokenKey, owner: String) async {
+        _ = try? await store.execute("DELETE FROM token_leases WHERE lock_key = \(key.description) AND owner = \(owner)")
     }
 
     public func markUsed(_ uses: [TokenKey: Date]) async throws {
@@ -52,6 +96,24 @@ public struct PostgresTokens: TokenRepository {
             let key = TokenKey(destination: try row.string("destination"), registrationID: registrationID.uuidString.lowercased(), scopeKey: try row.string("scope_key"))
             return (key, try ConnectionTokens.decode(row, key: key, keyRing: keyRing))
         }
+    }
+}
+
+/// Token rows inside a lease: one pooled connection per statement, none held between.
+struct PooledTokens: TokenAccess {
+    let store: PostgresStore
+    let keyRing: KeyRing
+
+    func load(_ key: TokenKey) async throws -> StoredToken? {
+        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
+    }
+
+    func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
+        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).save(token, for: key, grant: grant) }
+    }
+
+    func delete(_ key: TokenKey) async throws {
+        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).delete(key) }
     }
 }
 
