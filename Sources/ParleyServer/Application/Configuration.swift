@@ -31,6 +31,18 @@ public struct ParleyConfiguration: Sendable {
     public var auditRetention: Duration
     /// How often token use is written (`last_used_at`), in one batch.
     public var tokenUsageInterval: Duration = .seconds(5)
+    /// Spool files of this instance hold at most this many bytes together.
+    public var spoolQuotaBytes: Int64 = 8 << 30
+    /// Proxied requests one registration may have in flight on this instance.
+    public var maxInFlightPerRegistration = 256
+    /// A client connection must deliver a complete request head within this time of
+    /// opening or of its previous response (slowloris); an idle keep-alive connection
+    /// is closed after it too.
+    public var requestHeadTimeout: Duration = .seconds(20)
+    /// A request body that stalls for this long closes the connection.
+    public var requestBodyIdleTimeout: Duration = .seconds(30)
+    /// An upstream transfer paused because its client stopped reading is ended after this.
+    public var pausedTransferDeadline: Duration = .seconds(60)
 
     /// Where migrations come from: the directory when one is configured, else the binary.
     public var migrations: MigrationSource { Self.migrationSource(directory: migrationsDirectory) }
@@ -165,13 +177,25 @@ public struct ParleyConfiguration: Sendable {
             (env["PARLEY_TRUSTED_PROXIES"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
         let retentionDays = int("PARLEY_AUDIT_RETENTION_DAYS", default: 90, range: 1...3650)
 
+        let spoolQuotaMiB = int("PARLEY_SPOOL_QUOTA_MIB", default: 8192, range: 1...(1 << 24))
+        let maxInFlight = int("PARLEY_MAX_INFLIGHT_PER_REGISTRATION", default: 256, range: 1...100_000)
+        let headTimeout = int("PARLEY_REQUEST_HEAD_TIMEOUT_SECONDS", default: 20, range: 1...3600)
+        let bodyIdle = int("PARLEY_REQUEST_BODY_IDLE_SECONDS", default: 30, range: 1...3600)
+        let pausedDeadline = int("PARLEY_PAUSED_TRANSFER_SECONDS", default: 60, range: 1...86400)
+
         guard problems.isEmpty, let keyRing else { throw Invalid(problems: problems) }
-        return ParleyConfiguration(
+        var configuration = ParleyConfiguration(
             databaseURL: databaseURL, listenHost: host, listenPort: port, publicURL: publicURL, keyRing: keyRing,
             adminTokens: adminTokens, destinations: destinations, maxJSONBytes: maxJSON, memoryBodyBytes: memoryBody,
             spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }, migrateOnStart: migrateOnStart,
             databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace), rateLimits: limits,
             auditRetention: .seconds(retentionDays * 86_400))
+        configuration.spoolQuotaBytes = Int64(spoolQuotaMiB) << 20
+        configuration.maxInFlightPerRegistration = maxInFlight
+        configuration.requestHeadTimeout = .seconds(headTimeout)
+        configuration.requestBodyIdleTimeout = .seconds(bodyIdle)
+        configuration.pausedTransferDeadline = .seconds(pausedDeadline)
+        return configuration
     }
 }
 
