@@ -1,0 +1,112 @@
+import AuthFlows
+import Foundation
+import ParleyServer
+import ParleyTesting
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Slowloris and friends against the real server object: a head that trickles, a body
+/// that stalls and an idle keep-alive connection are closed by Parley on its own clock.
+@Suite(.serialized) struct SlowPeerTests {
+    static func tight(_ configuration: inout ParleyConfiguration) {
+        configuration.requestHeadTimeout = .seconds(1)
+        configuration.requestBodyIdleTimeout = .seconds(1)
+    }
+
+    @Test func aTrickledHeadIsCutOff() async throws {
+        try await withLiveParley(adjust: Self.tight) { live in
+            let closedAfter = try await runOnOwnThread {
+                try SlowClient.closeTime(port: live.port, first: "GET /healthz HTTP/1.1\r\nHost: parley\r\n", trickle: "X-Slow: 1\r\n", limit: 8)
+            }
+            // One byte-line every 200 ms never completes the head; the 1 s deadline is not reset by it.
+            #expect(closedAfter != nil && closedAfter! < 4, "\(String(describing: closedAfter))")
+        }
+    }
+
+    @Test func aStalledBodyIsCutOff() async throws {
+        try await withLiveParley(adjust: Self.tight) { live in
+            let head = "POST /v1/registrations HTTP/1.1\r\nHost: parley\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"dest"
+            let closedAfter = try await runOnOwnThread { try SlowClient.closeTime(port: live.port, first: head, trickle: nil, limit: 8) }
+            #expect(closedAfter != nil && closedAfter! < 4, "\(String(describing: closedAfter))")
+        }
+    }
+
+    @Test func anIdleKeepAliveConnectionIsClosedAfterItsAnswer() async throws {
+        try await withLiveParley(adjust: Self.tight) { live in
+            let (answered, closedAfter) = try await runOnOwnThread { () -> (Bool, Double?) in
+                let socket = try SlowClient.connect(port: live.port)
+                defer { close(socket) }
+                try SlowClient.send(socket, "GET /healthz HTTP/1.1\r\nHost: parley\r\n\r\n")
+                let answer = SlowClient.readSome(socket)
+                return (answer.hasPrefix("HTTP/1.1 200"), SlowClient.waitForClose(socket, limit: 8))
+            }
+            #expect(answered)
+            #expect(closedAfter != nil && closedAfter! < 4, "\(String(describing: closedAfter))")
+        }
+    }
+}
+
+/// A blocking client on its own thread that speaks as slowly as a test wants.
+enum SlowClient {
+    static func connect(port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestHarnessError("socket failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else {
+            close(fd)
+            throw TestHarnessError("connect failed")
+        }
+        return fd
+    }
+
+    static func send(_ fd: Int32, _ text: String) throws {
+        let bytes = Array(text.utf8)
+        let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == bytes.count else { throw TestHarnessError("send failed") }
+    }
+
+    static func readSome(_ fd: Int32) -> String {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&pfd, 1, 5000) > 0 else { return "" }
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        return n > 0 ? String(decoding: buffer.prefix(n), as: UTF8.self) : ""
+    }
+
+    /// Seconds until the server closed the connection (read returned 0 or failed), or nil
+    /// when it was still open after `limit` seconds. Drains whatever the server sends.
+    static func waitForClose(_ fd: Int32, limit: Double, trickle: String? = nil) -> Double? {
+        let start = Date()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while Date().timeIntervalSince(start) < limit {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&pfd, 1, 200) > 0 {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { return Date().timeIntervalSince(start) }
+                continue
+            }
+            if let trickle {
+                let bytes = Array(trickle.utf8)
+                let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if sent < 0 { return Date().timeIntervalSince(start) }
+            }
+        }
+        return nil
+    }
+
+    static func closeTime(port: Int, first: String, trickle: String?, limit: Double) throws -> Double? {
+        let fd = try connect(port: port)
+        defer { close(fd) }
+        try send(fd, first)
+        return waitForClose(fd, limit: limit, trickle: trickle)
+    }
+}
