@@ -12,6 +12,11 @@ import Synchronization
 /// ```swift
 /// try await PostgresServer.withServer { server in … server.connectionString … }
 /// ```
+///
+/// Every server can feed a streaming-replication standby (`wal_level = replica`, WAL senders, a
+/// `replication` entry in `pg_hba.conf`): `startStandby()` clones it with `pg_basebackup -R`,
+/// `promote()` turns the standby into a primary, and `multiHostConnectionString` names both for
+/// libpq with `target_session_attrs=read-write` (failover tests).
 public final class PostgresServer: Sendable {
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
@@ -66,7 +71,12 @@ public final class PostgresServer: Sendable {
                 "full_page_writes = off",
                 "max_connections = 200",
                 "shared_buffers = 32MB",
+                // A standby can be cloned from any test server (`startStandby()`).
+                "wal_level = replica",
+                "max_wal_senders = 10",
+                "hot_standby = on",
             ])
+            try server.appendHostBasedAuthentication(["host replication parley 127.0.0.1/32 trust"])
             try await server.start()
         } catch {
             try? await server.destroy()
@@ -85,9 +95,20 @@ public final class PostgresServer: Sendable {
         running.withLock { $0 = true }
     }
 
-    /// `pg_ctl stop -m fast`, returning once the server is down.
-    public func stop() async throws {
-        try await command("pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "-t", "60", "stop"])
+    /// How `stop(mode:)` shuts the server down (`pg_ctl stop -m`).
+    public enum ShutdownMode: String, Sendable {
+        /// Waits for clients to disconnect.
+        case smart
+        /// Ends sessions, then a clean shutdown (checkpoint).
+        case fast
+        /// Kills every server process at once, no checkpoint: what a crashed or unplugged
+        /// machine looks like (recovery on the next start).
+        case immediate
+    }
+
+    /// `pg_ctl stop -m <mode>` (`fast` by default), returning once the server is down.
+    public func stop(mode: ShutdownMode = .fast) async throws {
+        try await command("pg_ctl", ["-D", dataDirectory, "-m", mode.rawValue, "-w", "-t", "60", "stop"])
         running.withLock { $0 = false }
     }
 
@@ -155,6 +176,103 @@ public final class PostgresServer: Sendable {
         return connectionString(database: name)
     }
 
+    // MARK: replication
+
+    /// A streaming-replication standby of this server: `pg_basebackup -R` (WAL streamed along)
+    /// into a new temporary directory, started on a port of its own. It follows this server until
+    /// `promote()`; destroy it like any other server.
+    public func startStandby() async throws -> PostgresServer {
+        let directory = try Self.makeDirectory()
+        let port = try LoopbackSocket(listening: false).port
+        let standby = PostgresServer(port: port, directory: directory, binDirectory: binDirectory)
+        Self.registry.withLock { $0[directory] = Leftover(bin: binDirectory, data: directory + "/data") }
+        do {
+            try await standby.command(
+                "pg_basebackup",
+                [
+                    "-D", standby.dataDirectory, "-h", "127.0.0.1", "-p", String(self.port), "-U", "parley",
+                    "-X", "stream", "-R", "-c", "fast", "-w",
+                ])
+            // The copied postgresql.conf names the primary's port and socket directory; later lines win.
+            try standby.appendConfiguration(["port = \(port)", "unix_socket_directories = '\(directory)'"])
+            try await standby.start()
+        } catch {
+            try? await standby.destroy()
+            throw Failure(description: "cannot start a standby of 127.0.0.1:\(self.port): \(error)")
+        }
+        return standby
+    }
+
+    /// `pg_ctl promote`, then waits (bounded by `timeout`) until `pg_is_in_recovery()` is false:
+    /// from then on the server accepts writes.
+    public func promote(timeout: Duration = .seconds(30)) async throws {
+        try await command("pg_ctl", ["-D", dataDirectory, "-w", "-t", "60", "promote"])
+        let deadline = ContinuousClock.now + timeout
+        while try await isInRecovery() {
+            guard ContinuousClock.now < deadline else {
+                throw Failure(description: "the standby on port \(port) still recovers \(timeout) after promote\n\(logTail())")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// `SELECT pg_is_in_recovery()`: true while the server is a standby.
+    public func isInRecovery() async throws -> Bool {
+        try await withStore { store in
+            try await Self.onlyRow(store.query("SELECT pg_is_in_recovery() AS recovering")).bool("recovering")
+        }
+    }
+
+    /// Waits (bounded by `timeout`) until this standby replayed everything `primary` had written
+    /// when the call began (`pg_current_wal_insert_lsn()` there, `pg_last_wal_replay_lsn()` here).
+    public func waitForReplay(of primary: PostgresServer, timeout: Duration = .seconds(30)) async throws {
+        let target = try await primary.withStore { store in
+            try await Self.onlyRow(store.query("SELECT pg_current_wal_insert_lsn()::text AS lsn")).string("lsn")
+        }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let caughtUp = try await withStore { store in
+                try await Self.onlyRow(
+                    store.query("SELECT coalesce(pg_last_wal_replay_lsn() >= \(target)::pg_lsn, false) AS caught_up")
+                ).bool("caught_up")
+            }
+            if caughtUp { return }
+            guard ContinuousClock.now < deadline else {
+                throw Failure(description: "the standby on port \(port) did not replay up to \(target) within \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// One libpq URI naming every server in order, for database `database` as user `parley`, with
+    /// `target_session_attrs=read-write`: libpq tries the hosts in turn and keeps only a connection
+    /// to a server that accepts writes (a primary, never a standby still in recovery).
+    public static func multiHostConnectionString(_ servers: [PostgresServer], database: String = "postgres") -> String {
+        let hosts = servers.map { "127.0.0.1:\($0.port)" }.joined(separator: ",")
+        return "postgresql://parley@\(hosts)/\(database)?sslmode=disable&target_session_attrs=read-write"
+    }
+
+    private static func onlyRow(_ rows: [Row]) throws -> Row {
+        guard let row = rows.first else { throw Failure(description: "a one-row query answered no row") }
+        return row
+    }
+
+    /// A one-connection pool on this server's `postgres` database for `body`, shut down afterwards.
+    private func withStore<T: Sendable>(_ body: (PostgresStore) async throws -> T) async throws -> T {
+        let store = PostgresStore(
+            configuration: StoreConfiguration(connectionString: connectionString, maxConnections: 1),
+            logger: Logger(label: "parley.testing.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
+        )
+        do {
+            let result = try await body(store)
+            await store.shutdown()
+            return result
+        } catch {
+            await store.shutdown()
+            throw error
+        }
+    }
+
     /// The last lines of the server log, for failure messages.
     public func logTail(lines: Int = 30) -> String {
         guard let text = try? String(contentsOfFile: logFile, encoding: .utf8) else { return "(no log)" }
@@ -197,6 +315,16 @@ public final class PostgresServer: Sendable {
 
     private func appendConfiguration(_ lines: [String]) throws {
         let path = dataDirectory + "/postgresql.conf"
+        guard let handle = FileHandle(forWritingAtPath: path) else {
+            throw Failure(description: "cannot open \(path)")
+        }
+        defer { try? handle.close() }
+        handle.seekToEndOfFile()
+        handle.write(Data(("\n# parley tests\n" + lines.joined(separator: "\n") + "\n").utf8))
+    }
+
+    private func appendHostBasedAuthentication(_ lines: [String]) throws {
+        let path = dataDirectory + "/pg_hba.conf"
         guard let handle = FileHandle(forWritingAtPath: path) else {
             throw Failure(description: "cannot open \(path)")
         }

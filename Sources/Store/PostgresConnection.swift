@@ -10,6 +10,11 @@ public final class PostgresConnection: @unchecked Sendable {
     // @unchecked: the handle is used by one task at a time (the lease) and closed exactly once
     // through `closed`.
     private let closed = Atomic<Bool>(false)
+    /// A statement failed as `.unavailable` while libpq still calls the connection good: the
+    /// server is shutting down or no longer accepts writes (a primary demoted after a
+    /// failover, SQLSTATE 25006). The pool closes it instead of lending it again, so the next
+    /// connection goes through the connection string's host list and `target_session_attrs`.
+    private let condemned = Atomic<Bool>(false)
     let handle: OpaquePointer
     private let threadPool: NIOThreadPool
     /// A process-unique number, for logs.
@@ -28,23 +33,39 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Runs one statement and returns its rows.
     public func query(_ sql: SQL) async throws -> [Row] {
         let (text, bindings) = sql.rendered
-        return try await run { [self] in try Self.execute(handle, text: text, bindings: bindings).rows }
+        return try await condemningIfUnavailable {
+            try await run { [self] in try Self.execute(handle, text: text, bindings: bindings).rows }
+        }
     }
 
     /// Runs one statement and returns the number of rows it affected (0 when it reports none).
     @discardableResult
     public func execute(_ sql: SQL) async throws -> Int {
         let (text, bindings) = sql.rendered
-        return try await run { [self] in try Self.execute(handle, text: text, bindings: bindings).affected }
+        return try await condemningIfUnavailable {
+            try await run { [self] in try Self.execute(handle, text: text, bindings: bindings).affected }
+        }
     }
 
     /// Runs a script of several statements with the simple query protocol (no parameters).
     /// Used for migrations; never pass untrusted input.
     public func executeScript(unsafeSQL script: String) async throws {
-        try await run { [self] in
-            guard let result = PQexec(handle, script) else { throw Self.connectionError(handle) }
-            defer { PQclear(result) }
-            try Self.check(result, handle)
+        try await condemningIfUnavailable {
+            try await run { [self] in
+                guard let result = PQexec(handle, script) else { throw Self.connectionError(handle) }
+                defer { PQclear(result) }
+                try Self.check(result, handle)
+            }
+        }
+    }
+
+    /// Runs `body`; a `.unavailable` failure marks the connection unfit for reuse.
+    private func condemningIfUnavailable<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as StoreError where error.code == .unavailable {
+            condemned.store(true, ordering: .releasing)
+            throw error
         }
     }
 
@@ -53,8 +74,11 @@ public final class PostgresConnection: @unchecked Sendable {
     /// libpq still considers the connection good.
     var isConnected: Bool { PQstatus(handle) == CONNECTION_OK }
 
-    /// Good and outside any transaction: fit to go back to the pool.
-    var isReusable: Bool { isConnected && PQtransactionStatus(handle) == PQTRANS_IDLE }
+    /// Good, outside any transaction, and no statement found the server unavailable: fit to go
+    /// back to the pool.
+    var isReusable: Bool {
+        isConnected && !condemned.load(ordering: .acquiring) && PQtransactionStatus(handle) == PQTRANS_IDLE
+    }
 
     /// Reads whatever the server sent while the connection sat idle (never blocks) and says
     /// whether the connection survived it: a server that shut down or restarted has closed it.

@@ -12,7 +12,10 @@ import NIOPosix
 /// ``StoreConfiguration/maxConnections`` at a time; callers beyond that wait in FIFO order for at
 /// most ``StoreConfiguration/acquireTimeout``. When PostgreSQL is down every call fails within
 /// about the connect timeout with ``StoreError/Code/unavailable``; when it is back the next call
-/// opens a fresh connection, so the pool recovers without a restart.
+/// opens a fresh connection, so the pool recovers without a restart. A connection that broke, or
+/// whose statement found the server unavailable (shutting down, or read-only: a primary demoted by
+/// a failover), is closed rather than lent again; with a multi-host connection string and
+/// `target_session_attrs=read-write`, libpq then finds the host that accepts writes.
 ///
 /// As a `Service` it runs until graceful shutdown and then closes its connections.
 public final class PostgresStore: Sendable, Service {

@@ -104,7 +104,14 @@ extension StoreError {
             default: code = .query
             }
         }
-        let context = code == .unavailable ? "connection to the database failed during a statement" : "statement failed"
+        let context: String
+        if code != .unavailable {
+            context = "statement failed"
+        } else if sqlState == "25006", !connectionBroken {
+            context = "the database server accepts no writes (a standby, or a primary demoted by a failover)"
+        } else {
+            context = "connection to the database failed during a statement"
+        }
         return StoreError(code: code, context: context, sqlState: sqlState, constraint: constraint, detail: message)
     }
 }
