@@ -103,6 +103,8 @@ public struct TokenEndpointClient: Sendable {
         let response: UpstreamResponse
         do {
             response = try await transport.send(formRequest(settings.tokenEndpoint, parameters))
+        } catch let error as TransportError where error.code == .invalidResponse {
+            return .malformed(reason: "the token endpoint's answer is not usable HTTP")
         } catch {
             return .transient(retryAfter: nil)
         }

@@ -255,6 +255,9 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
         case invalidRequest
         /// A body was larger than the reader allows.
         case bodyTooLarge
+        /// The peer answered something that is not a usable HTTP response (bad status
+        /// line, broken framing, oversized head): `502`, and never retried as transient.
+        case invalidResponse
     }
 
     public let code: Code

@@ -14,10 +14,14 @@ enum CurlErrors {
         switch code {
         case CURLE_OPERATION_TIMEDOUT:
             return .timeout
-        case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_FUNCTION_ARGUMENT,
+        case CURLE_WEIRD_SERVER_REPLY, CURLE_UNSUPPORTED_PROTOCOL, CURLE_BAD_CONTENT_ENCODING:
+            // The peer's answer is not usable HTTP (garbage, HTTP/0.9, a broken encoding).
+            // Requests only ever name http(s) URLs, so an unsupported protocol is the reply's.
+            return .invalidResponse
+        case CURLE_URL_MALFORMAT, CURLE_BAD_FUNCTION_ARGUMENT,
             CURLE_UNKNOWN_OPTION, CURLE_NOT_BUILT_IN, CURLE_READ_ERROR,
             CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
-            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CIPHER, CURLE_BAD_CONTENT_ENCODING:
+            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CIPHER:
             // The request cannot be expressed: bad URL, unreadable body, unusable client
             // certificate (wrong password, not PKCS#12) or CA bundle.
             return .invalidRequest

@@ -212,7 +212,7 @@ final class MultiLoop: @unchecked Sendable {
             // `message` is invalid once the handle is removed: everything is read above.
             var error: TransportError?
             if let reason = transfer.headFailure {
-                error = TransportError(.unavailable, detail: "\(transfer.request.host): \(reason)")
+                error = TransportError(.invalidResponse, detail: "\(transfer.request.host): \(reason)")
             } else if code != CURLE_OK {
                 error = CurlErrors.error(for: code, host: transfer.request.host)
             }

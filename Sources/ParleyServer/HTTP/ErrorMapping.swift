@@ -17,6 +17,7 @@ extension Problem {
             case .unavailable: return Problem(.badGateway, .upstreamUnavailable, "the upstream is unreachable: \(error.detail)")
             case .invalidRequest: return Problem(.badGateway, .upstreamUnavailable, "the upstream request could not be made: \(error.detail)")
             case .bodyTooLarge: return Problem(.badGateway, .upstreamUnavailable, "the upstream answer was larger than Parley accepts")
+            case .invalidResponse: return Problem(.badGateway, .upstreamUnavailable, "the upstream's answer is not usable HTTP: \(error.detail)")
             case .cancelled: return Problem(.badGateway, .upstreamUnavailable, "the upstream exchange was cancelled")
             }
         case let error as OAuth2Error:
