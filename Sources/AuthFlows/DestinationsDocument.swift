@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 import Yams
 
 /// The destinations file's text (`destinations: [ … ]` in YAML; JSON is YAML too) to

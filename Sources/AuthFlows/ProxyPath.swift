@@ -1,4 +1,4 @@
-public import Conversation
+import Conversation
 import ParleyEncoding
 
 /// The upstream URL for a proxied request: `baseURL + "/" + path [+ "?" + query]`, built
@@ -13,7 +13,8 @@ public enum ProxyPath {
     public static func upstreamURL(baseURL: String, rawPath: String, rawQuery: String?) throws(ProxyPathError) -> String {
         guard let base = URLParts(baseURL) else { throw ProxyPathError(.unusableDestination) }
         var segments: [String] = []
-        let parts = rawPath.isEmpty ? [] : rawPath.split(separator: "/", omittingEmptySubsequences: false)
+        // Bytes, not Characters: a combining mark after '/' must not hide the separator.
+        let parts = rawPath.isEmpty ? [] : rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
         for (index, raw) in parts.enumerated() {
             if raw.isEmpty {
                 if index == parts.count - 1 && index > 0 {  // one trailing slash is an ordinary URL
@@ -22,8 +23,8 @@ public enum ProxyPath {
                 }
                 throw ProxyPathError(.emptySegment)
             }
-            if raw.contains("\\") { throw ProxyPathError(.backslash) }
-            guard let decoded = PercentEncoding.decode(raw) else { throw ProxyPathError(.badPercentEncoding) }
+            if raw.contains(UInt8(ascii: "\\")) { throw ProxyPathError(.backslash) }
+            guard let decoded = PercentEncoding.decode(Substring(raw)) else { throw ProxyPathError(.badPercentEncoding) }
             if decoded.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw ProxyPathError(.controlCharacters) }
             if decoded.contains(UInt8(ascii: "/")) || decoded.contains(UInt8(ascii: "\\")) { throw ProxyPathError(.encodedSeparator) }
             if isDotSegment(decoded) { throw ProxyPathError(.dotSegment) }

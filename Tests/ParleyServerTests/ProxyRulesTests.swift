@@ -36,6 +36,8 @@ import Testing
                 #expect(error.detail == words, "\(path)")
             }
         }
+        // Segments are split on bytes: a combining mark after '/' does not hide it (found by the fuzzer).
+        #expect(try ProxyRules.upstreamURL(destination: destination, rawPath: "a/\u{301}b", rawQuery: nil) == "https://upstream.example/base/a/%CC%81b")
         #expect(throws: ProxyPathError.unusableDestination) { try ProxyPath.upstreamURL(baseURL: "ftp://x", rawPath: "a", rawQuery: nil) }
         // Kept as it is: '@' and ':' are path characters and stay after the first '/'.
         #expect(
