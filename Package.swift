@@ -12,6 +12,7 @@ let package = Package(
     products: [
         .executable(name: "parley", targets: ["parley"]),
         .executable(name: "upstream-simulator", targets: ["UpstreamSimulatorCLI"]),
+        .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.0.0"),
@@ -96,6 +97,13 @@ let package = Package(
         ),
         .executableTarget(name: "UpstreamSimulatorCLI", dependencies: ["UpstreamSimulator"], swiftSettings: swiftSettings),
 
+        // Fuzz targets for the parsers that see untrusted bytes (docs/fuzzing.md): one function
+        // per parser, replayed over Tests/Fuzz by the tests and run by libFuzzer in scripts/fuzz.sh.
+        .target(name: "ParleyFuzzTargets", dependencies: ["Conversation", "AuthFlows", "ParleyEncoding"], swiftSettings: swiftSettings),
+        // libFuzzer's driver entry point; linked only when built with -sanitize=fuzzer.
+        .systemLibrary(name: "CParleyFuzz"),
+        .executableTarget(name: "ParleyFuzz", dependencies: ["ParleyFuzzTargets", "CParleyFuzz"], swiftSettings: swiftSettings),
+
         .target(
             name: "ParleyTesting",
             dependencies: [
@@ -117,6 +125,7 @@ let package = Package(
             dependencies: ["CurlTransport", "Conversation", "ParleyTesting", "UpstreamSimulator", "ParleyCrypto", "ParleyEncoding"],
             swiftSettings: swiftSettings
         ),
+        .testTarget(name: "ParleyFuzzTests", dependencies: ["ParleyFuzzTargets"], swiftSettings: swiftSettings),
         .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulatorTests",

@@ -17,4 +17,11 @@ export PARLEY_BINARY="$PWD/.build/debug/parley"
 export PARLEY_SIMULATOR_BINARY="$PWD/.build/debug/upstream-simulator"
 # Serial: the 1 GiB tests measure process-wide resident memory, which neighbours would
 # inflate, and two cores are not oversubscribed by concurrent live suites.
-exec swift test --skip-build --no-parallel "$@"
+swift test --skip-build --no-parallel "$@" && tests=0 || tests=$?
+# The fuzz targets under libFuzzer for a bounded time (docs/fuzzing.md): on a full run,
+# or whenever PARLEY_FUZZ_SECONDS (per target; 0 skips) is set. A crash fails the run.
+fuzz_seconds=${PARLEY_FUZZ_SECONDS:-$([ $# -eq 0 ] && echo 20 || echo 0)}
+if [ "$fuzz_seconds" != 0 ]; then
+    scripts/fuzz.sh "$fuzz_seconds" || { echo "fuzzing failed: a crash or broken invariant (reproducer above)" >&2; exit 1; }
+fi
+exit "$tests"
