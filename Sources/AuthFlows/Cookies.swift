@@ -208,15 +208,86 @@ public enum Cookies {
         host.hasPrefix("[") || host.split(separator: ".").count == 4 && host.split(separator: ".").allSatisfy { UInt8($0) != nil }
     }
 
+    /// RFC 6265 §5.1.1, the cookie-date algorithm: tokens split on delimiters, the first
+    /// time, day of month, month and year found win; two-digit years map to 1970–2069.
+    /// Works on bytes, never traps, and needs no date formatter.
     static func parseHTTPDate(_ text: String) -> Date? {
-        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE, dd-MMM-yyyy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-            let formatter = DateFormatter()
-            formatter.locale = Locale(identifier: "en_US_POSIX")
-            formatter.timeZone = TimeZone(identifier: "GMT")
-            formatter.dateFormat = format
-            if let date = formatter.date(from: text) { return date }
+        var time: (Int, Int, Int)?
+        var day: Int?
+        var month: Int?
+        var year: Int?
+        for token in Array(text.utf8.prefix(256)).split(whereSeparator: isDateDelimiter) {
+            if time == nil, let t = dateTime(token) {
+                time = t
+            } else if day == nil, let d = dateDigits(token, min: 1, max: 2) {
+                day = d
+            } else if month == nil, let m = dateMonth(token) {
+                month = m
+            } else if year == nil, let y = dateDigits(token, min: 2, max: 4) {
+                year = y
+            }
         }
-        return nil
+        guard var year, let day, let month, let (hour, minute, second) = time else { return nil }
+        if (70...99).contains(year) { year += 1900 } else if (0...69).contains(year) { year += 2000 }
+        guard (1...31).contains(day), year >= 1601, hour <= 23, minute <= 59, second <= 59 else { return nil }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        return Date(timeIntervalSince1970: TimeInterval(days * 86_400 + hour * 3600 + minute * 60 + second))
+    }
+
+    private static func isDateDelimiter(_ c: UInt8) -> Bool {
+        c == 0x09 || (0x20...0x2F).contains(c) || (0x3B...0x40).contains(c) || (0x5B...0x60).contains(c) || (0x7B...0x7E).contains(c)
+    }
+
+    /// 1–2 digits `:` 1–2 digits `:` 1–2 digits, then anything not a digit.
+    private static func dateTime(_ token: ArraySlice<UInt8>) -> (Int, Int, Int)? {
+        var parts: [Int] = []
+        var value = 0
+        var digits = 0
+        for c in token {
+            if c >= 0x30 && c <= 0x39 {
+                guard digits < 2 else { return nil }
+                value = value * 10 + Int(c - 0x30)
+                digits += 1
+            } else if c == UInt8(ascii: ":"), parts.count < 2, digits > 0 {
+                parts.append(value)
+                value = 0
+                digits = 0
+            } else {
+                break
+            }
+        }
+        guard parts.count == 2, digits > 0 else { return nil }
+        return (parts[0], parts[1], value)
+    }
+
+    /// `min`–`max` leading digits, then anything not a digit.
+    private static func dateDigits(_ token: ArraySlice<UInt8>, min: Int, max: Int) -> Int? {
+        var value = 0
+        var count = 0
+        for c in token {
+            guard c >= 0x30 && c <= 0x39 else { break }
+            count += 1
+            guard count <= max else { return nil }
+            value = value * 10 + Int(c - 0x30)
+        }
+        return count >= min ? value : nil
+    }
+
+    private static func dateMonth(_ token: ArraySlice<UInt8>) -> Int? {
+        guard token.count >= 3 else { return nil }
+        let name = String(decoding: token.prefix(3), as: UTF8.self).lowercased()
+        let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+        return months.firstIndex(of: name).map { $0 + 1 }
+    }
+
+    /// Days since 1970-01-01 (Howard Hinnant's algorithm); year is at most 4 digits here.
+    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
     }
 }
 

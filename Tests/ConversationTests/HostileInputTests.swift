@@ -211,6 +211,21 @@ import Testing
         #expect(Self.stored("a=1; Max-Age=12abc")?.expiresAt == nil)
     }
 
+    @Test func expiresFollowsTheCookieDateAlgorithm() {
+        func expires(_ text: String) -> Date? { Self.stored("a=1; Expires=\(text)")?.expiresAt }
+        let expected = Date(timeIntervalSince1970: 1_815_000_000)  // 2027-07-07T03:20:00Z
+        #expect(expires("Wed, 07 Jul 2027 03:20:00 GMT") == expected)
+        #expect(expires("Wednesday, 07-Jul-27 03:20:00 GMT") == expected)
+        #expect(expires("Wed Jul  7 03:20:00 2027") == expected)
+        #expect(expires("07 jul 2027 3:20:0") == expected)
+        // Not a date: the attribute is left out (a session cookie), never a trap.
+        for nonsense in ["", "tomorrow", "31 Feb", "Wed, 07 Jul 1600 03:20:00 GMT", "Wed, 32 Jul 2027 03:20:00 GMT",
+            "Wed, 07 Jul 2027 24:00:00 GMT", "Fri, 31 Dec 99999 23:59:59 GMT", "a\u{301}b, 07 Jul 2027", "\u{0}\u{0}:\u{0}"]
+        {
+            #expect(expires(nonsense) == nil, "\(nonsense)")
+        }
+    }
+
     @Test func theJarIsCapped() {
         func cookie(_ i: Int, size: Int = 1) -> StoredCookie {
             StoredCookie(
