@@ -1,74 +1,274 @@
 #!/usr/bin/env bash
-# Runs Parley with the upstream simulator as the demo destination.
-# When PARLEY_DATABASE_URL is unset, starts a local PostgreSQL in .local/postgres
-# (as root: as the 'postgres' user, in /var/tmp/parley-demo-*/postgres). When PARLEY_ENCRYPTION_KEYS is unset,
-# generates a demo key ring in .local/ and says so. Ctrl-C stops everything.
+# The demo: Parley with the upstream simulator behind five destinations (Basic + CSRF + SMP,
+# OAuth2 client credentials, OAuth2 authorization code, SAML2, Basic + OTP), then a short
+# walk-through with the real ports. Ctrl-C stops everything.
+#
+# When PARLEY_DATABASE_URL is unset, a local PostgreSQL is created and started in the demo
+# folder (as root: as the 'postgres' user, in /var/tmp/parley-demo-*). When
+# PARLEY_ENCRYPTION_KEYS is unset, a demo key ring is generated there and the script says so.
+#
+#   PARLEY_LISTEN               Parley's host:port (default 127.0.0.1:8080)
+#   PARLEY_DEMO_SIMULATOR_PORT  the simulator's port (default 8081)
+#   PARLEY_DEMO_PG_PORT         the local PostgreSQL's port (default 54329)
+#   PARLEY_DEMO_DIR             the demo folder: keys, destinations, logs (default .local)
+#   PARLEY_BINARY, PARLEY_SIMULATOR_BINARY   run these binaries instead of building (the tests do)
+#   PARLEY_DESTINATIONS         your own destinations file instead of the demo's (no walk-through)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
+
+say() { echo "parley demo: $*" >&2; }
+die() { say "$*"; exit 1; }
+
 scripts/install-deps.sh
-mkdir -p .local
-chmod 700 .local
-for product in parley upstream-simulator; do
-  echo "parley demo: building $product (release; the first build takes several minutes)" >&2
-  swift build -c release --product "$product" >.local/build.log 2>&1 || { tail -30 .local/build.log >&2; exit 1; }
-done
-bin="$(swift build -c release --show-bin-path)"
+state="${PARLEY_DEMO_DIR:-$root/.local}"
+mkdir -p "$state"
+chmod 700 "$state"
+state="$(cd "$state" && pwd)"
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  if [ -n "${pg_data:-}" ]; then $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1 || true; fi
+listen="${PARLEY_LISTEN:-127.0.0.1:8080}"
+parley_port="${listen##*:}"
+parley_host="${listen%:*}"
+parley_host="${parley_host#[}"
+parley_host="${parley_host%]}"
+case "$parley_host" in 0.0.0.0 | "") parley_host=127.0.0.1 ;; ::) parley_host=::1 ;; esac
+sim_port="${PARLEY_DEMO_SIMULATOR_PORT:-8081}"
+sim="http://127.0.0.1:$sim_port"
+public="${PARLEY_PUBLIC_URL:-http://$listen}"
+public="${public%/}"
+
+# --- ports: refuse early and clearly when one is taken -----------------------------------
+
+# Whether something accepts connections on host $1, port $2.
+listening() { timeout 2 bash -c "exec 3<>'/dev/tcp/$1/$2'" 2>/dev/null; }
+
+# The HTTP status of GET $3 at host $1, port $2 (empty when nothing answers).
+http_status() {
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/$1/$2" || exit 0
+    printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$3" "$1" >&3
+    IFS=" " read -r _ code _ <&3 && echo "$code"' _ "$1" "$2" "$3" 2>/dev/null || true
 }
-trap cleanup EXIT INT TERM
 
+local_pg=false
 as_pg=""
 if [ -z "${PARLEY_DATABASE_URL:-}" ]; then
-  pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
-  pg_data="$root/.local/postgres"
+  local_pg=true
   pg_port="${PARLEY_DEMO_PG_PORT:-54329}"
+  pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  pg_data="$state/postgres"
   if [ "$(id -u)" -eq 0 ]; then
     # PostgreSQL refuses to run as root: run it as 'postgres', in a folder that user
     # can reach even when the checkout is under a private home directory.
     as_pg="runuser -u postgres --"
-    pg_data="/var/tmp/parley-demo-$(printf %s "$root" | sha256sum | cut -c1-12)/postgres"
-    mkdir -p "$pg_data" && chown postgres "$pg_data" "$(dirname "$pg_data")" && chmod 700 "$pg_data"
+    key="$state"
+    [ "$state" != "$root/.local" ] || key="$root"  # the folder earlier versions used
+    pg_data="/var/tmp/parley-demo-$(printf %s "$key" | sha256sum | cut -c1-12)/postgres"
   fi
+  if [ -f "$pg_data/postmaster.pid" ] && $as_pg "$pg_bin/pg_ctl" -D "$pg_data" status >/dev/null 2>&1; then
+    say "stopping the demo's PostgreSQL that an earlier run left running"
+    $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null
+  fi
+fi
+
+check_ports() {
+  local taken=""
+  listening "$parley_host" "$parley_port" && taken+="  port $parley_port (Parley): set PARLEY_LISTEN, e.g. PARLEY_LISTEN=127.0.0.1:18080 make run"$'\n'
+  listening 127.0.0.1 "$sim_port" && taken+="  port $sim_port (the upstream simulator): set PARLEY_DEMO_SIMULATOR_PORT, e.g. PARLEY_DEMO_SIMULATOR_PORT=18081 make run"$'\n'
+  $local_pg && listening 127.0.0.1 "$pg_port" && taken+="  port $pg_port (the demo's PostgreSQL): set PARLEY_DEMO_PG_PORT, e.g. PARLEY_DEMO_PG_PORT=54330 make run"$'\n'
+  [ -z "$taken" ] || die "a port the demo needs is taken (something already listens there; stop it or choose another port):"$'\n'"$taken"
+}
+check_ports
+
+# --- build ---------------------------------------------------------------------------------
+
+# Shows swift build's progress: one line rewritten in place on a terminal, else every 10 %.
+progress() {
+  local line shown=-1 tty=false cols=100
+  if [ -t 2 ]; then tty=true; cols=$(($(tput cols 2>/dev/null || echo 100) - 3)); fi
+  while IFS= read -r line; do
+    if [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]]; then
+      if $tty; then
+        printf '\r\033[K  %s' "${line:0:cols}" >&2
+      elif ((BASH_REMATCH[1] * 10 / BASH_REMATCH[2] != shown)); then
+        shown=$((BASH_REMATCH[1] * 10 / BASH_REMATCH[2]))
+        echo "  $line" >&2
+      fi
+    elif [[ $line =~ ^(Fetching|Fetched|Cloning|Computing|Resolving|Building|Build\ complete|error:) ]]; then
+      if $tty; then printf '\r\033[K' >&2; fi
+      echo "  $line" >&2
+    fi
+  done
+  if $tty; then printf '\r\033[K' >&2; fi
+}
+
+build() {
+  say "building $1 (release; the first build takes several minutes; full log in $state/build.log)"
+  if ! swift build -c release --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
+    tail -30 "$state/build.log" >&2
+    die "building $1 failed (log: $state/build.log)"
+  fi
+}
+
+parley_bin="${PARLEY_BINARY:-}"
+sim_bin="${PARLEY_SIMULATOR_BINARY:-}"
+if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
+  command -v swift >/dev/null || die "swift is not on PATH (a Swift 6 toolchain is needed)"
+  : >"$state/build.log"
+  [ -n "$parley_bin" ] || build parley
+  [ -n "$sim_bin" ] || build upstream-simulator
+  bin="$(swift build -c release --show-bin-path)"
+  parley_bin="${parley_bin:-$bin/parley}"
+  sim_bin="${sim_bin:-$bin/upstream-simulator}"
+fi
+check_ports  # again: the build took a while
+
+# --- start ---------------------------------------------------------------------------------
+
+pids=()
+cleanup() {
+  trap - INT TERM
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "${pg_started:-}" ]; then $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if $local_pg; then
   if [ ! -f "$pg_data/PG_VERSION" ]; then
-    echo "parley demo: creating a local PostgreSQL in $pg_data" >&2
+    say "creating a local PostgreSQL in $pg_data"
+    mkdir -p "$pg_data"
+    if [ -n "$as_pg" ]; then chown postgres "$pg_data" "$(dirname "$pg_data")"; fi
+    chmod 700 "$pg_data"
     $as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >/dev/null
   fi
+  pg_started=1
   $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-    -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null
+    -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null ||
+    { tail -20 "$pg_data/server.log" >&2; die "PostgreSQL did not start (log: $pg_data/server.log)"; }
   export PARLEY_DATABASE_URL="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
 fi
 
 if [ -z "${PARLEY_ENCRYPTION_KEYS:-}" ]; then
-  if [ ! -f .local/demo-keys ]; then
-    umask 077
-    echo "demo:$(openssl rand -base64 32)" > .local/demo-keys
+  if [ ! -f "$state/demo-keys" ]; then
+    (umask 077 && echo "demo:$(openssl rand -base64 32)" >"$state/demo-keys")
   fi
-  echo "parley demo: PARLEY_ENCRYPTION_KEYS unset; using the generated demo key ring in .local/demo-keys (never for production)" >&2
-  export PARLEY_ENCRYPTION_KEYS="$(cat .local/demo-keys)"
+  say "PARLEY_ENCRYPTION_KEYS unset; using the generated demo key ring in $state/demo-keys (never for production)"
+  export PARLEY_ENCRYPTION_KEYS="$(cat "$state/demo-keys")"
 fi
 
-sim_port="${PARLEY_DEMO_SIMULATOR_PORT:-8081}"
-"$bin/upstream-simulator" --host 127.0.0.1 --port "$sim_port" &
-pids+=($!)
-
+demo=false
 if [ -z "${PARLEY_DESTINATIONS:-}" ]; then
-  cat > .local/destinations.yaml <<YAML
+  demo=true
+  cat >"$state/destinations.yaml" <<YAML
+# Written by scripts/run.sh for the simulator on port $sim_port (docs/api.md, "Destinations file").
 destinations:
+  # Basic, SAP CSRF tokens and SMP registration (APPCID).
   - name: demo
-    url: http://127.0.0.1:$sim_port
+    url: $sim
     basic: {}
     csrf: true
     smp: { appId: com.example.demo }
+  # OAuth2 client credentials: Parley obtains the token itself. Registration is open, so
+  # Parley warns at start that anyone who reaches it may use this client: fine on 127.0.0.1.
+  - name: demo-client
+    url: $sim/oauth-api
+    oauth2:
+      grant: client_credentials
+      tokenEndpoint: $sim/oauth/token
+      clientId: parley-confidential
+      clientSecret: s3cret
+  # OAuth2 authorization code (PKCE, public client): a person signs in in a browser.
+  - name: demo-oauth
+    url: $sim/oauth-api
+    oauth2:
+      grant: authorization_code
+      authorizationEndpoint: $sim/oauth/authorize
+      tokenEndpoint: $sim/oauth/token
+      revocationEndpoint: $sim/oauth/revoke
+      clientId: parley-public
+  # SAML2: the simulator's service provider, signed in at its identity provider.
+  - name: demo-saml
+    url: $sim/sp
+    saml2: {}
+  # Basic, then a one-time passcode typed in a browser.
+  - name: demo-otp
+    url: $sim/basic-otp
+    basic: {}
+    otp: {}
 YAML
-  export PARLEY_DESTINATIONS="$root/.local/destinations.yaml"
+  export PARLEY_DESTINATIONS="$state/destinations.yaml"
 fi
-export PARLEY_LISTEN="${PARLEY_LISTEN:-127.0.0.1:8080}"
-echo "parley demo: simulator on http://127.0.0.1:$sim_port, Parley on http://$PARLEY_LISTEN" >&2
-"$bin/parley" serve &
+export PARLEY_LISTEN="$listen"
+
+# The identity provider accepts the ACS URL of demo-saml as Parley shows it to browsers.
+"$sim_bin" --host 127.0.0.1 --port "$sim_port" --acs-url "$public/web/demo-saml/saml/acs" &
 pids+=($!)
-wait "${pids[-1]}"
+"$parley_bin" serve &
+pids+=($!)
+
+# Ready when the simulator listens and Parley's /readyz says 200 (migrations applied).
+deadline=$((SECONDS + 90))
+until listening 127.0.0.1 "$sim_port" && [ "$(http_status "$parley_host" "$parley_port" /readyz)" = 200 ]; do
+  for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || die "the simulator or Parley stopped during start (see its lines above)"
+  done
+  ((SECONDS < deadline)) || die "Parley was not ready on $listen within 90 s"
+  sleep 0.2
+done
+
+if $demo; then
+  reg="curl -s -XPOST $public/v1/registrations -d"
+  pick="| grep -o 'pct_[^\"]*')"
+  auth='-H "Authorization: Bearer $T"'
+  alice='"credentials":{"username":"alice","password":"wonderland"}'
+  cat <<TEXT
+
+──────────────────────────────────────────────────────────────────────────────────────────
+Parley is ready on $public, the upstream simulator on $sim.
+Demo destinations: ${PARLEY_DESTINATIONS#"$root/"}. The simulator's user is alice / wonderland.
+In another terminal, paste a block: it registers (T is the client token), then calls through Parley.
+
+demo: Basic + SAP CSRF + SMP registration
+  T=\$($reg '{"destination":"demo",$alice}' $pick
+  curl -s $public/v1/proxy/api/data $auth
+  curl -s -XPOST $public/v1/proxy/csrf/items $auth -d '{"name":"pen"}'
+
+demo-client: OAuth2 client credentials (Parley gets the token itself)
+  T=\$($reg '{"destination":"demo-client"}' $pick
+  curl -s $public/v1/proxy/hello $auth
+
+demo-oauth: OAuth2 authorization code (a person signs in in a browser)
+  T=\$($reg '{"destination":"demo-oauth"}' $pick
+  curl -s $public/v1/proxy/hello $auth
+  # 401 interaction_required: open its flow.url in a browser, sign in as alice / wonderland;
+  # when the page says "Signed in", run the call again.
+
+demo-saml: SAML2 (the identity provider's page, then back through $public/web/demo-saml/)
+  T=\$($reg '{"destination":"demo-saml"}' $pick
+  curl -s $public/v1/proxy/api/data $auth
+  # 401 interaction_required: open its flow.url in a browser, sign in as alice / wonderland;
+  # when the page says "Signed in", run the call again.
+
+demo-otp: Basic, then a one-time passcode
+  T=\$($reg '{"destination":"demo-otp",$alice}' $pick
+  curl -s $public/v1/proxy/api/data $auth
+  # 401 interaction_required: open its flow.url in a browser and type alice's passcode, from:
+  curl -s '$sim/control/otp/code?user=alice'
+  # when the page says "Signed in", run the call again.
+
+The flow URL is also in the 401's Parley-Flow header; GET /v1/flows/{id}?wait=30 waits for it.
+Ctrl-C stops everything. Parley's log follows.
+──────────────────────────────────────────────────────────────────────────────────────────
+TEXT
+else
+  say "Parley is ready on $public with your destinations ($PARLEY_DESTINATIONS); the simulator is on $sim. Ctrl-C stops everything."
+fi
+
+set +e
+wait -n "${pids[@]}"
+status=$?
+set -e
+die "$( ((status == 0)) && echo "a process ended" || echo "a process ended with status $status"); stopping the demo"

@@ -12,7 +12,9 @@ func addBasicOTPRoutes(to router: Router<BasicRequestContext>, configuration: Si
     let mount = WebMount(prefix: "/basic-otp", cookieName: "BO_SESSION", sessions: state.basicOTPSessions)
 
     mount.route(on: router, state: state) { request, view -> Response in
-        if let answer = try await OTPStage.handle(request, view: view, mount: mount, otp: state.otp) {
+        if let answer = try await OTPStage.handle(
+            request, view: view, mount: mount, otp: state.otp, codeSource: passcodeSource(configuration, state, request))
+        {
             return answer
         }
         let (gate, newCookie) = basicOTPGate(request, view: view, mount: mount, configuration: configuration, otp: state.otp)

@@ -20,7 +20,7 @@ func addIdPRoutes(to router: Router<BasicRequestContext>, configuration: Simulat
                 : try await SimHTTP.formFields(request.body)
             switch checkedAuthnRequest(fields, state.saml) {
             case .failure(let refusal): return refusal.response
-            case .success(let authnRequest): return loginPage(authnRequest, fields: fields, error: nil)
+            case .success(let authnRequest): return loginPage(authnRequest, fields: fields, error: nil, configuration)
             }
         }
     }
@@ -38,7 +38,7 @@ func addIdPRoutes(to router: Router<BasicRequestContext>, configuration: Simulat
         let passwordOK = SimHTTP.secretsMatch(fields["password"] ?? "", configuration.basicPassword)
         guard userOK && passwordOK else {
             state.saml.countIdPLogin(success: false)
-            return loginPage(authnRequest, fields: fields, error: "Wrong user name or password.")
+            return loginPage(authnRequest, fields: fields, error: "Wrong user name or password.", configuration)
         }
         state.saml.countIdPLogin(success: true)
         let response = SAMLResponseMessage(
@@ -73,7 +73,9 @@ private struct IdPRefusal: Error {
     }
 }
 
-private func loginPage(_ authnRequest: AuthnRequest, fields: [String: String], error: String?) -> Response {
+private func loginPage(
+    _ authnRequest: AuthnRequest, fields: [String: String], error: String?, _ configuration: SimulatorConfiguration
+) -> Response {
     let errorLine = error.map { "<p id=\"error\" role=\"alert\">\(SimHTTP.htmlEscape($0))</p>" } ?? ""
     return SimHTTP.html(
         page(
@@ -82,6 +84,7 @@ private func loginPage(_ authnRequest: AuthnRequest, fields: [String: String], e
                 <h1>Sign in</h1>
                   <p>to <b>\(SimHTTP.htmlEscape(authnRequest.issuer))</b></p>
                   \(errorLine)
+                  \(demoUserHint(configuration))
                   <form method="post" action="/idp/login">
                     \(hiddenInputs([("SAMLRequest", fields["SAMLRequest"]), ("RelayState", fields["RelayState"])]))
                     <label for="username">User name</label>

@@ -117,7 +117,8 @@ private func errorPage(_ message: String) -> Response {
         """, status: .badRequest)
 }
 
-private func loginPage(_ request: AuthorizationRequest, error: String?) -> Response {
+/// The sign-in page; it names the one user, as this server only ever runs in tests and the demo.
+private func loginPage(_ request: AuthorizationRequest, error: String?, _ configuration: SimulatorConfiguration) -> Response {
     let hidden: [(String, String?)] = [
         ("response_type", "code"),
         ("client_id", request.client.id),
@@ -139,6 +140,7 @@ private func loginPage(_ request: AuthorizationRequest, error: String?) -> Respo
           <h1>Sign in</h1>
           <p><b>\(SimHTTP.htmlEscape(request.client.id))</b> asks for access\(request.scope.map { " (\(SimHTTP.htmlEscape($0)))" } ?? "").</p>
           \(errorLine)
+          \(demoUserHint(configuration))
           <form method="post" action="/oauth/authorize">
               \(fields)
               <label>Username <input id="username" name="username" autocomplete="username"></label>
@@ -226,7 +228,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
         case .valid(let authorization):
             oauth.countAuthorizePage()
-            return loginPage(authorization, error: nil)
+            return loginPage(authorization, error: nil, configuration)
         }
     }
 
@@ -244,7 +246,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             let passwordOK = SimHTTP.secretsMatch(parameters["password"] ?? "", configuration.basicPassword)
             guard userOK && passwordOK else {
                 oauth.countLogin(success: false)
-                return loginPage(authorization, error: "Wrong username or password.")
+                return loginPage(authorization, error: "Wrong username or password.", configuration)
             }
             oauth.countLogin(success: true)
             let code = oauth.issueCode(

@@ -32,7 +32,9 @@ func addServiceProviderRoutes(to router: Router<BasicRequestContext>, configurat
         if view.path == "/saml/acs" {
             return try await assertionConsumer(request, view: view, mount: mount, configuration: configuration, state: state)
         }
-        if let answer = try await OTPStage.handle(request, view: view, mount: mount, otp: state.otp) {
+        if let answer = try await OTPStage.handle(
+            request, view: view, mount: mount, otp: state.otp, codeSource: passcodeSource(configuration, state, request))
+        {
             return answer
         }
         switch spGate(request, view: view, mount: mount, configuration: configuration, state: state) {

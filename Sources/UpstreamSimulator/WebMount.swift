@@ -165,12 +165,16 @@ enum OTPStage {
     ///   `{base}/otp/finished?finished=true` when `redirecttooriginalurl=false`, to the original
     ///   URL otherwise; wrong: `200` form with an error; no session: `403`.
     /// - `GET {mount}/otp/finished` — `200` "done".
-    static func handle(_ request: Request, view: ExternalView, mount: WebMount, otp: OTPState) async throws -> Response? {
+    ///
+    /// `codeSource` is where a person finds the current passcode; the form names it.
+    static func handle(
+        _ request: Request, view: ExternalView, mount: WebMount, otp: OTPState, codeSource: String? = nil
+    ) async throws -> Response? {
         switch (view.path, request.method) {
         case ("/otp", .get), ("/otp", .head):
-            return form(view: view, error: nil)
+            return form(view: view, error: nil, codeSource: codeSource)
         case ("/otp", .post):
-            return try await verify(request, view: view, mount: mount, otp: otp)
+            return try await verify(request, view: view, mount: mount, otp: otp, codeSource: codeSource)
         case ("/otp/finished", .get), ("/otp/finished", .head):
             return SimHTTP.html(page(title: "Done", body: "<h1>Done</h1><p id=\"finished\">done</p>"))
         case ("/otp", _), ("/otp/finished", _):
@@ -181,13 +185,15 @@ enum OTPStage {
         }
     }
 
-    private static func verify(_ request: Request, view: ExternalView, mount: WebMount, otp: OTPState) async throws -> Response {
+    private static func verify(
+        _ request: Request, view: ExternalView, mount: WebMount, otp: OTPState, codeSource: String?
+    ) async throws -> Response {
         let fields = try await SimHTTP.formFields(request.body)
         guard let current = mount.session(of: request) else {
             return SimHTTP.text("no session: sign in first", status: .forbidden)
         }
         guard otp.verify(passcode: fields["passcode"] ?? "", user: current.session.user) else {
-            return form(view: view, error: "Wrong passcode. Try the current one.")
+            return form(view: view, error: "Wrong passcode. Try the current one.", codeSource: codeSource)
         }
         mount.sessions.markOTPVerified(current.id)
         if view.queryParameters["redirecttooriginalurl"]?.lowercased() == "false" {
@@ -198,16 +204,21 @@ enum OTPStage {
     }
 
     /// The passcode form (`200`, also after a wrong passcode).
-    static func form(view: ExternalView, error: String?) -> Response {
+    static func form(view: ExternalView, error: String?, codeSource: String? = nil) -> Response {
         let action = view.url("/otp") + (view.query.map { "?" + $0 } ?? "")
         let authenticator = "sapauthenticator://fillpasscode?passcode_url=" + SimHTTP.formEncode(view.url("/otp"))
         let errorLine = error.map { "<p id=\"error\" role=\"alert\">\(SimHTTP.htmlEscape($0))</p>" } ?? ""
+        let hint = codeSource.map { source in
+            let link = SimHTTP.htmlEscape(source)
+            return "<p id=\"demo-hint\">Simulator: the current passcode is at <a href=\"\(link)\">\(link)</a> (it changes every 30 s).</p>"
+        } ?? ""
         return SimHTTP.html(
             page(
                 title: "Passcode",
                 body: """
                     <h1>Enter your passcode</h1>
                       \(errorLine)
+                      \(hint)
                       <form method="post" action="\(SimHTTP.htmlEscape(action))">
                         <label for="passcode">Passcode</label>
                         <input id="passcode" name="passcode" type="text" inputmode="numeric" autocomplete="one-time-code" \
@@ -217,6 +228,21 @@ enum OTPStage {
                       <p><a id="authenticator" href="\(SimHTTP.htmlEscape(authenticator))">Open SAP Authenticator</a></p>
                     """))
     }
+}
+
+/// Where a person finds the one user's current passcode: `GET /control/otp/code` at the
+/// simulator's own address (the OTP form itself may be seen through a proxy).
+func passcodeSource(_ configuration: SimulatorConfiguration, _ state: SimulatorState, _ request: Request) -> String {
+    let base = state.port.map { "http://127.0.0.1:\($0)" } ?? "http://\(request.head.authority ?? "127.0.0.1")"
+    return base + "/control/otp/code?user=" + SimHTTP.formEncode(configuration.basicUsername)
+}
+
+/// The line on the sign-in pages that names the one user: the simulator only ever runs in
+/// tests and the demo, and a person trying the demo has to know what to type.
+func demoUserHint(_ configuration: SimulatorConfiguration) -> String {
+    let user = SimHTTP.htmlEscape(configuration.basicUsername)
+    let password = SimHTTP.htmlEscape(configuration.basicPassword)
+    return "<p id=\"demo-hint\">Simulator: sign in as <b>\(user)</b> with the password <b>\(password)</b>.</p>"
 }
 
 /// A small HTML document.
