@@ -11,6 +11,9 @@ if [ "${1:-}" = "--test" ]; then
   want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 xmlsec1 curl)
   # schemathesis (PyPI) runs in a venv of its own (scripts/schemathesis.sh).
   want+=(python3-venv python3-pip)
+  # The deploy kit's checks: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);
+  # the Kubernetes schema checker and hadolint come from PyPI (scripts/deploy-tools.sh).
+  want+=(haproxy)
 fi
 
 missing=()
