@@ -1,0 +1,220 @@
+"""Helpers shared by the Python scripts in scripts/bench/ (standard library only).
+
+The scripts take their set-up from the environment, like the shell ones (common.sh):
+BIN, DATABASE_URL, PSQL, SIM_PORT, KEYS, TMP. They start the Parley instances they need
+themselves and stop them on exit, also on SIGTERM/SIGINT/SIGHUP.
+"""
+
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+_NAME = os.path.basename(sys.argv[0])
+
+
+def say(*parts):
+    print(*parts, flush=True)
+
+
+class BenchError(Exception):
+    """Something could not run; the script exits 1 with this message."""
+
+
+def die(message):
+    raise BenchError(message)
+
+
+def run_main(main):
+    """Runs main(), stopping every instance on the way out; turns signals into exits."""
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    try:
+        main()
+    except BenchError as e:
+        print(f"{_NAME}: FAILED: {e}", file=sys.stderr, flush=True)
+        code = 1
+    else:
+        code = 0
+    finally:
+        stop_instances()
+    sys.exit(code)
+
+
+class Env:
+    def __init__(self):
+        missing = [v for v in ("BIN", "DATABASE_URL", "PSQL", "SIM_PORT", "KEYS", "TMP") if not os.environ.get(v)]
+        if missing:
+            die(f"missing environment: {' '.join(missing)} (see scripts/bench/common.sh)")
+        self.bin = os.environ["BIN"]
+        self.database_url = os.environ["DATABASE_URL"]
+        self.psql = shlex.split(os.environ["PSQL"])
+        self.sim_port = int(os.environ["SIM_PORT"])
+        self.keys = os.environ["KEYS"]
+        self.tmp = os.environ["TMP"]
+        if not os.access(os.path.join(self.bin, "parley"), os.X_OK):
+            die(f"no parley binary in BIN={self.bin}")
+
+    def sql(self, statement):
+        out = subprocess.run(self.psql + ["-v", "ON_ERROR_STOP=1", "-c", statement], capture_output=True, text=True)
+        if out.returncode != 0:
+            die(f"psql: {out.stderr.strip()}")
+        return out.stdout.strip()
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# ---------------------------------------------------------------- HTTP
+
+def request(port, method, path, token=None, body=None, timeout=10.0):
+    """One request on a new connection: (status, body bytes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        return exchange(conn, method, path, token, body)
+    finally:
+        conn.close()
+
+
+def exchange(conn, method, path, token=None, body=None):
+    """One request on `conn` (kept alive): (status, body bytes)."""
+    headers = {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if body is not None:
+        body = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def register(port, destination, extra=None):
+    """POST /v1/registrations; the client token."""
+    payload = {"destination": destination}
+    payload.update(extra or {})
+    status, body = request(port, "POST", "/v1/registrations", body=payload)
+    if status != 201:
+        die(f"POST /v1/registrations on port {port} answered {status}: {body[:300]!r}")
+    return json.loads(body)["clientToken"]
+
+
+def sim_stats(env):
+    status, body = request(env.sim_port, "GET", "/sim/stats")
+    if status != 200:
+        die(f"GET /sim/stats answered {status}")
+    return json.loads(body)
+
+
+def sim_post(env, path):
+    status, body = request(env.sim_port, "POST", path)
+    if status // 100 != 2:
+        die(f"POST {path} on the simulator answered {status}: {body[:200]!r}")
+
+
+# ---------------------------------------------------------------- Parley instances
+
+_instances = []
+
+
+class Instance:
+    def __init__(self, name, port, process, log):
+        self.name, self.port, self.process, self.log = name, port, process, log
+
+    def alive(self):
+        return self.process.poll() is None
+
+
+def start_instances(env, names, destinations_yaml, workdir):
+    """Starts one `parley serve` per name (all at once), waits for /readyz 200 on each
+    (30 s at most); the first one to start applies any migrations."""
+    os.makedirs(workdir, exist_ok=True)
+    destinations = os.path.join(workdir, "destinations.yaml")
+    with open(destinations, "w") as f:
+        f.write(destinations_yaml)
+    ports = free_ports(len(names))
+    started = []
+    for name, port in zip(names, ports):
+        child_env = dict(os.environ)  # other PARLEY_* knobs of the caller reach Parley
+        child_env.update({
+            "PARLEY_DATABASE_URL": env.database_url,
+            "PARLEY_ENCRYPTION_KEYS": env.keys,
+            "PARLEY_DESTINATIONS": destinations,
+            "PARLEY_LOG_LEVEL": "warning",
+            "PARLEY_LISTEN": f"127.0.0.1:{port}",
+            "PARLEY_RATE_LIMIT_PROXY": "off",
+            "PARLEY_RATE_LIMIT_REGISTRATIONS": "off",
+            "PARLEY_RATE_LIMIT_TOKEN_CALLS": "off",
+        })
+        log = os.path.join(workdir, f"parley-{name}.log")
+        with open(log, "wb") as out:
+            process = subprocess.Popen([os.path.join(env.bin, "parley"), "serve"], env=child_env,
+                                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        instance = Instance(name, port, process, log)
+        _instances.append(instance)
+        started.append(instance)
+    deadline = time.monotonic() + 30
+    for instance in started:
+        while True:
+            if not instance.alive():
+                die(f"Parley {instance.name} exited with {instance.process.returncode}: {_tail(instance.log)}")
+            try:
+                if request(instance.port, "GET", "/readyz", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                die(f"Parley {instance.name} did not become ready within 30 s: {_tail(instance.log)}")
+            time.sleep(0.01)
+    return started
+
+
+def stop_instances():
+    """SIGTERM to every instance started here, SIGKILL after 10 s."""
+    for instance in _instances:
+        if instance.alive():
+            instance.process.terminate()
+    for instance in _instances:
+        try:
+            instance.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            instance.process.kill()
+            instance.process.wait()
+    _instances.clear()
+
+
+def _tail(path, lines=10):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).strip()
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- figures
+
+def percentile(sorted_values, fraction):
+    """The value at rank ceil(fraction·n) (1-based), nearest-rank method."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-int(round(fraction * 1000)) * len(sorted_values) // 1000))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def verdict(ok):
+    return "met" if ok else "MISSED"

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Scale: proxied p99 with 1,000,000 registrations in the database (10,000 of them active
+# in the run) against the figure with 1,000 (target: within 1.1×).
+#
+# One Parley instance, destination `bench` (no auth) → the simulator's /echo/bench.
+# Registrations are written straight into the table by SQL with known client tokens
+# (pct_bench_<i>, stored as SHA-256 like Parley does), marked device_type = 'bench-scale'
+# (a column without an index).
+#   1. 1,000 rows; wrk cycles through their 1,000 tokens.
+#   2. the table grown to 1,000,000 rows (INSERT … generate_series, VACUUM ANALYZE);
+#      a new instance (empty caches, like the first case's); wrk cycles through 10,000
+#      of the tokens.
+# Before each measured run a warm-up (curl, 32 requests in parallel) touches every token of
+# the run once, so the first use of a token (a database lookup) is not in the figure; then
+# `wrk -t2 -c32 -d10s --latency` with a Lua script that gives each request the next token.
+# The rows stay in the database (vacuumed, so autovacuum has nothing to do later);
+# SCALE_CLEANUP=1 deletes them at the end (DELETE + VACUUM, ~25 s on 2 cores). Rows of an
+# earlier run in the same database are deleted first.
+#
+# Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs
+# SCALE_SMALL (1000), SCALE_TOTAL (1000000), SCALE_ACTIVE (10000),
+# BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s), SCALE_CLEANUP=1,
+# SCALE_PROFILE=1 (perf record Parley during the large run; top frames at the end).
+# Exits non-zero only when something could not run (including a non-2xx answer).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bench_name=scale
+# shellcheck source=common.sh
+. "$here/common.sh"
+require_bench_env
+command -v wrk >/dev/null || die "wrk is not installed"
+
+small="${SCALE_SMALL:-1000}"
+total="${SCALE_TOTAL:-1000000}"
+active="${SCALE_ACTIVE:-10000}"
+threads="${BENCH_THREADS:-2}"
+connections="${BENCH_CONNECTIONS:-32}"
+duration="${BENCH_DURATION:-10s}"
+[ "$active" -le "$total" ] && [ "$small" -le "$active" ] || die "need SCALE_SMALL <= SCALE_ACTIVE <= SCALE_TOTAL"
+
+dir="$TMP/scale"
+mkdir -p "$dir"
+rows_inserted=0
+cleanup() {
+  local rc=$?
+  set +e
+  stop_parley_instances
+  if [ "$rows_inserted" -gt 0 ] && [ "${SCALE_CLEANUP:-}" = "1" ]; then
+    local t0=$(now_ns) n
+    n="$(psql_value "WITH d AS (DELETE FROM registrations WHERE device_type = 'bench-scale' RETURNING 1) SELECT count(*) FROM d")"
+    psql_value "VACUUM ANALYZE registrations" >/dev/null
+    say "scale: removed the script's $n rows again (DELETE + VACUUM ANALYZE: $(( ($(now_ns) - t0) / 1000000 )) ms)"
+  elif [ "$rows_inserted" -gt 0 ]; then
+    say "scale: the script's rows stay in the database (device_type = 'bench-scale'; SCALE_CLEANUP=1 deletes them)"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- Parley
+cat >"$dir/destinations.yaml" <<YAML
+destinations:
+  - name: bench
+    url: http://127.0.0.1:$SIM_PORT
+YAML
+# start_parley NAME — a fresh instance (empty caches) for one case; sets parley_pid and url.
+start_parley() {
+  local port
+  read -r port < <(free_ports 1)
+  start_parley_instance "$port" "$dir/destinations.yaml" "$dir/parley-$1.log"
+  parley_pid="$last_parley_pid"
+  url="http://127.0.0.1:$port/v1/proxy/echo/bench"
+}
+start_parley small  # runs the migrations on an empty database
+
+# ---------------------------------------------------------------- rows
+# Rows [from, to) with client tokens pct_bench_<i>. Random ids as Parley makes them, but
+# inserted in id order: four of the table's five indexes are on id or on (…, created_at,
+# id) with one created_at per statement, so their inserts stay at one edge instead of
+# landing on random pages; the client-token index still gets its keys in random order.
+insert_rows() {
+  psql_value "INSERT INTO registrations (id, destination, client_token_hash, status, device_type)
+    SELECT id, 'bench', hash, 'active', 'bench-scale' FROM (
+      SELECT gen_random_uuid() AS id, sha256(convert_to('pct_bench_' || i, 'UTF8')) AS hash
+      FROM generate_series($1, $2 - 1) AS i) AS r
+    ORDER BY id" >/dev/null
+}
+stale="$(psql_value "SELECT count(*) FROM registrations WHERE device_type = 'bench-scale'")"
+if [ "$stale" -gt 0 ]; then
+  t0="$(now_ns)"
+  psql_value "DELETE FROM registrations WHERE device_type = 'bench-scale'" >/dev/null
+  psql_value "VACUUM registrations" >/dev/null
+  say "scale: removed $stale rows left by an earlier run ($(( ($(now_ns) - t0) / 1000000 )) ms)"
+fi
+rows_inserted=1
+insert_rows 0 "$small"
+rows_inserted="$small"
+psql_value "VACUUM ANALYZE registrations" >/dev/null
+
+# ---------------------------------------------------------------- wrk scripts
+# cycle.lua: every request carries the next of N tokens; thread k starts at k·N/T.
+# (No response() function: wrk then does not hand bodies to Lua; it counts non-2xx itself.)
+cat >"$dir/cycle.lua" <<'LUA'
+local counter = 1
+function setup(thread)
+  thread:set("id", counter)
+  counter = counter + 1
+end
+function init(args)
+  local n, t = tonumber(args[1]), tonumber(args[2])
+  reqs, idx = {}, 0
+  local offset = math.floor((id - 1) * n / t)
+  for k = 0, n - 1 do
+    reqs[#reqs + 1] = wrk.format(nil, nil, { Authorization = "Bearer pct_bench_" .. ((k + offset) % n) })
+  end
+end
+function request()
+  idx = idx % #reqs + 1
+  return reqs[idx]
+end
+LUA
+
+# ---------------------------------------------------------------- runs
+hz="$(getconf CLK_TCK)"
+# measure NAME TOKENS — warm-up over TOKENS tokens, then the measured run; sets
+# rps_/p50_/p90_/p99_/req_/warm_ms_/parley_us_/pg_us_/busy_NAME.
+measure() {
+  local name="$1" n="$2" out="$dir/wrk-$1.txt" t0 ok
+  # curl runs the warm-up (wrk cannot stop early): every token once, $connections at a time.
+  seq 0 $(( n - 1 )) | awk -v url="$url" 'NR > 1 { print "next" }
+    { printf "url = \"%s\"\nheader = \"Authorization: Bearer pct_bench_%d\"\noutput = \"/dev/null\"\nsilent\nwrite-out = \"%%{http_code}\\n\"\n", url, $1 }' >"$dir/warmup-$name.curl"
+  t0="$(now_ns)"
+  curl -Z --parallel-max "$connections" -K "$dir/warmup-$name.curl" >"$dir/warmup-$name.txt" 2>"$dir/warmup-$name.err" \
+    || { tail -5 "$dir/warmup-$name.err" >&2; die "curl warm-up ($name)"; }
+  printf -v "warm_ms_$name" '%s' "$(( ($(now_ns) - t0) / 1000000 ))"
+  ok="$(grep -c '^200$' "$dir/warmup-$name.txt" || true)"
+  [ "$ok" -eq "$n" ] || die "warm-up ($name): $ok of $n tokens answered 200 ($(sort "$dir/warmup-$name.txt" | uniq -c | tr '\n' ' '))"
+
+  local pg_pids c_parley c_pg m_busy m_all m_busy2 m_all2
+  pg_pids="$(pg_backend_pids)"
+  c_parley="$(cpu_ticks "$parley_pid")"; c_pg="$(cpu_ticks $pg_pids)"
+  read -r m_busy m_all < <(machine_ticks)
+  local perf_pid=""
+  if [ "$name" = large ] && [ "${SCALE_PROFILE:-}" = "1" ]; then
+    perf record -F 999 -g -p "$parley_pid" -o "$dir/perf.data" -- sleep "${duration%s}" >"$dir/perf-record.log" 2>&1 &
+    perf_pid=$!
+  fi
+  wrk -t"$threads" -c"$connections" -d"$duration" --latency -s "$dir/cycle.lua" "$url" -- "$n" "$threads" >"$out" 2>&1 \
+    || { cat "$out" >&2; die "wrk ($name)"; }
+  read -r m_busy2 m_all2 < <(machine_ticks)
+  [ -z "$perf_pid" ] || wait "$perf_pid" || true
+  local d_parley=$(( $(cpu_ticks "$parley_pid") - c_parley )) d_pg=$(( $(cpu_ticks $pg_pids) - c_pg ))
+
+  local rps p50 p90 p99 requests non2xx
+  rps="$(awk '/^Requests\/sec:/ {print $2}' "$out")"
+  p50="$(awk '$1 == "50%" {print $2}' "$out")"
+  p90="$(awk '$1 == "90%" {print $2}' "$out")"
+  p99="$(awk '$1 == "99%" {print $2}' "$out")"
+  requests="$(awk '/requests in/ {print $1}' "$out")"
+  non2xx="$(awk -F: '/Non-2xx or 3xx responses/ {gsub(/ /, "", $2); print $2}' "$out")"
+  [ -n "$rps" ] && [ -n "$p99" ] && [ -n "$requests" ] || { cat "$out" >&2; die "cannot parse the wrk output ($name)"; }
+  [ "$requests" -gt 0 ] || die "no requests completed ($name)"
+  [ -z "$non2xx" ] || [ "$non2xx" = 0 ] || { cat "$out" >&2; die "$name: $non2xx of $requests answers were not 2xx/3xx"; }
+  printf -v "rps_$name" '%s' "$rps"
+  printf -v "p50_$name" '%s' "$(to_ms "$p50")"
+  printf -v "p90_$name" '%s' "$(to_ms "$p90")"
+  printf -v "p99_$name" '%s' "$(to_ms "$p99")"
+  printf -v "req_$name" '%s' "$requests"
+  printf -v "err_$name" '%s' "$(grep -E '^ *Socket errors' "$out" | sed 's/^ *//' || true)"
+  printf -v "parley_us_$name" '%s' "$(awk -v t="$d_parley" -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.0f", t / hz / n * 1e6 }')"
+  printf -v "pg_us_$name" '%s' "$(awk -v t="$d_pg" -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.0f", t / hz / n * 1e6 }')"
+  printf -v "busy_$name" '%s' "$(awk -v b=$(( m_busy2 - m_busy )) -v a=$(( m_all2 - m_all )) 'BEGIN { printf "%.0f", a ? 100 * b / a : 0 }')"
+}
+
+t_start="$(now_ns)"
+rows_small="$(psql_value "SELECT count(*) FROM registrations")"
+say "scale: $rows_small registrations in the table; warm-up over $small tokens, then wrk -t$threads -c$connections -d$duration --latency cycling through them"
+measure small "$small"
+
+say "scale: growing the table to $total rows of this script"
+t0="$(now_ns)"
+insert_rows "$small" "$total"
+rows_inserted="$total"
+insert_ms=$(( ($(now_ns) - t0) / 1000000 ))
+t0="$(now_ns)"
+psql_value "VACUUM ANALYZE registrations" >/dev/null
+vacuum_ms=$(( ($(now_ns) - t0) / 1000000 ))
+rows_large="$(psql_value "SELECT count(*) FROM registrations")"
+table_mib="$(psql_value "SELECT round(pg_total_relation_size('registrations') / 1048576.0)")"
+say "scale: inserted $(( total - small )) rows in $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; $rows_large rows, $table_mib MiB with indexes"
+# A fresh instance, so that both cases start from empty caches: entries cached in the first
+# case would reach their 60 s safety-net lifetime during this run, all at once.
+stop_parley_instances
+start_parley large
+say "scale: a new Parley instance; warm-up over $active tokens, then the same wrk run cycling through them"
+measure large "$active"
+elapsed_s=$(( ($(now_ns) - t_start) / 1000000000 ))
+
+ratio="$(awk -v a="$p99_large" -v b="$p99_small" 'BEGIN { printf "%.2f", a / b }')"
+verdict="$(awk -v r="$ratio" 'BEGIN { print (r <= 1.1 ? "met" : "MISSED") }')"
+say ""
+say "-- scale: proxied GET /echo/bench, wrk -t$threads -c$connections -d$duration, each request with the next token --"
+printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "case" "requests/s" "p50 ms" "p90 ms" "p99 ms" "requests" "parley us" "pg us" "busy %"
+printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "$rows_small rows, $small tokens active" "$rps_small" "$p50_small" "$p90_small" "$p99_small" "$req_small" "$parley_us_small" "$pg_us_small" "$busy_small"
+printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "$rows_large rows, $active tokens active" "$rps_large" "$p50_large" "$p90_large" "$p99_large" "$req_large" "$parley_us_large" "$pg_us_large" "$busy_large"
+say "(warm-ups, not in the figures: every token once, $warm_ms_small ms and $warm_ms_large ms; 'parley us'/'pg us': CPU per request"
+say " of Parley and of the PostgreSQL backends; 'busy %': whole machine during the run, all work on it included)"
+for n in small large; do e="err_$n"; [ -z "${!e}" ] || say "  $n run, wrk reported: ${!e}"; done
+say "inserting $(( total - small )) registrations: $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; both runs with warm-ups and growth: ${elapsed_s} s"
+say "RESULT scale p99 with $rows_large registrations ($active active) / with $rows_small ($small active) = $ratio ($p99_large / $p99_small ms; p50 $p50_large / $p50_small ms; $rps_large / $rps_small requests/s) (target <= 1.1: $verdict)"
+if [ "${SCALE_PROFILE:-}" = "1" ] && [ -s "$dir/perf.data" ]; then
+  set +o pipefail
+  say ""
+  say "-- perf: Parley's top frames during the large run (self time, % of samples) --"
+  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | head -25 | swift demangle --simplified | cut -c1-160
+  say "-- perf: with what they call (children) --"
+  perf report -i "$dir/perf.data" --children --sort symbol --stdio -g none 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | swift demangle --simplified | grep -E 'Parley|Conversation|Cache|InFlight|Cookie|Authenticator' \
+    | head -25 | cut -c1-200
+  set -o pipefail
+fi
