@@ -274,9 +274,11 @@ public enum BalancerExample {
     }
 
     /// The main configuration around a conf.d snippet: what /etc/nginx/nginx.conf would hold, kept
-    /// in `directory`, plus an access log that names the instance (and every retry) per request.
-    public static func nginxMain(directory dir: String, snippetPath: String) -> String {
+    /// in `directory`, plus an access log that names the instance (and every retry) per request
+    /// and, with `statusPort`, nginx's stub_status on 127.0.0.1 (requests in progress).
+    public static func nginxMain(directory dir: String, snippetPath: String, statusPort: Int? = nil) -> String {
         let user = geteuid() == 0 ? "user root;\n" : ""
+        let status = statusPort.map { "server { listen 127.0.0.1:\($0); access_log off; location = /status { stub_status; } }" } ?? ""
         return """
             \(user)worker_processes 1;
             error_log \(dir)/error.log notice;
@@ -291,6 +293,7 @@ public enum BalancerExample {
                 uwsgi_temp_path \(dir)/uwsgi;
                 scgi_temp_path \(dir)/scgi;
                 include \(snippetPath);
+                \(status)
             }
 
             """
@@ -325,12 +328,15 @@ public enum BalancerExample {
 /// everything (config, pid, logs, temp files) in a temp directory.
 public final class ExampleNginx: @unchecked Sendable {
     public let port: Int
+    /// nginx's stub_status (test-only, outside the example), on 127.0.0.1.
+    public let statusPort: Int
     public let directory: String
     private let lock = NSLock()
     private var process: Process?
 
-    private init(port: Int, directory: String, process: Process) {
+    private init(port: Int, statusPort: Int, directory: String, process: Process) {
         self.port = port
+        self.statusPort = statusPort
         self.directory = directory
         self.process = process
     }
@@ -345,7 +351,8 @@ public final class ExampleNginx: @unchecked Sendable {
             try FileManager.default.createDirectory(atPath: dir + sub, withIntermediateDirectories: true)
         }
         try snippet.write(toFile: dir + "/parley.conf", atomically: true, encoding: .utf8)
-        try BalancerExample.nginxMain(directory: dir, snippetPath: dir + "/parley.conf")
+        let statusPort = try FreePort.find()
+        try BalancerExample.nginxMain(directory: dir, snippetPath: dir + "/parley.conf", statusPort: statusPort)
             .write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
         let arguments = ["-p", dir + "/", "-c", dir + "/nginx.conf", "-e", dir + "/error.log"]
         let check = try Tool.run("nginx", arguments + ["-t"])
@@ -359,7 +366,7 @@ public final class ExampleNginx: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        let nginx = ExampleNginx(port: port, directory: dir, process: process)
+        let nginx = ExampleNginx(port: port, statusPort: statusPort, directory: dir, process: process)
         let deadline = ContinuousClock.now + readyTimeout
         while !FreePort.accepts(port) {
             if !process.isRunning || ContinuousClock.now > deadline {
@@ -369,6 +376,16 @@ public final class ExampleNginx: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(20))
         }
         return nginx
+    }
+
+    /// Client requests nginx is working on now, the status request itself not counted.
+    public func requestsInProgress() async throws -> Int {
+        let status = try await RawHTTP.request(port: statusPort, method: "GET", target: "/status")
+        // "Reading: 0 Writing: 4 Waiting: 2"
+        guard let match = status.text.firstMatch(of: /Writing: (?<writing>\d+)/), let writing = Int(match.writing) else {
+            throw TestHarnessError("nginx stub_status: \(status.status) \(status.text)")
+        }
+        return writing - 1
     }
 
     public var errorLog: String { (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "" }

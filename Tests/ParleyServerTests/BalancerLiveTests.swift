@@ -41,6 +41,8 @@ import UpstreamSimulator
             environment["PARLEY_PUBLIC_URL"] = publicURL
             environment["PARLEY_TRUSTED_PROXIES"] = "127.0.0.1"
             environment["PARLEY_MIGRATE_ON_START"] = "false"
+            // A shorter grace than the default 25 s, to keep the run short.
+            environment["PARLEY_SHUTDOWN_GRACE_SECONDS"] = "\(Self.shutdownGrace)"
 
             // As in Kubernetes: the migration Job first, then instances that do not migrate.
             let migrate = try await ParleyProcess.start(arguments: ["migrate"], environment: environment, waitForReady: false)
@@ -65,15 +67,19 @@ import UpstreamSimulator
             do {
                 try await Self.registrationAndProxiedCalls(client, instances, simulator)
                 try await Self.signInAcrossInstances(client, instances, publicURL: publicURL, simulatorURL: simulatorURL)
-                try await Self.sigtermUnderLoad(client, instances, nginx)
+                try await Self.sigtermUnderLoad(client, instances, nginx, simulatorPort: simulatorPort)
                 try await Self.withoutRetriesAClientSeesTheStop(environment, instances, certificates)
             } catch {
                 Issue.record("nginx error log: \(nginx.errorLog.suffix(1500))")
                 throw error
             }
             for instance in instances { await instance.stop() }
-            for instance in instances {
-                #expect(!instance.log.contains("http.status=500"), "a 500 on port \(instance.port)")
+            for (index, instance) in instances.enumerated() {
+                // The stopped instance's cancelled long-poll is the known issue recorded above.
+                let errors = instance.log.split(separator: "\n").filter {
+                    $0.contains("http.status=500") && !(index == 1 && $0.contains("http.route=/v1/flows/{id} "))
+                }
+                #expect(errors.isEmpty, "500s on instance \(index): \(errors)")
             }
         }
     }
@@ -201,6 +207,8 @@ import UpstreamSimulator
         var drained: Duration
         /// nginx access-log lines of calls it sent to more than one instance.
         var resent: [String]
+        /// What the stopped instance logged after the signal.
+        var victimLogAfterSignal: String
 
         var summary: String {
             "\(all.count) proxied GETs by 4 clients, \(failed.count) failed; the SIGTERM'd instance answered \(finishedAfterSignal) "
@@ -260,19 +268,85 @@ import UpstreamSimulator
                 line.contains("/parley/v1/proxy/slow") && (line.split(separator: " upstream=").last?.split(separator: " ").first?.hasSuffix(",") ?? false)
             }
             return LoadReport(
-                all: outcomes.all, finishedAfterSignal: finished.count, exitStatus: exit, drained: exited - signalled, resent: resent)
+                all: outcomes.all, finishedAfterSignal: finished.count, exitStatus: exit, drained: exited - signalled, resent: resent,
+                victimLogAfterSignal: afterSignal)
         }
     }
 
-    static func sigtermUnderLoad(_ client: BalancerClient, _ instances: [ParleyProcess], _ nginx: ExampleNginx) async throws {
-        let report = try await loadWhileStopping(instances[1], instances, client, nginx)
-        #expect(report.all.count >= 60)
-        #expect(report.failed.isEmpty, "\(report.failed.count) of \(report.all.count) requests failed: \(report.failed.prefix(5).map { "\($0.status.map(String.init) ?? "-") \($0.failure ?? "")" })")
-        #expect(report.exitStatus == 0, "the drained instance exited with \(report.exitStatus)")
-        #expect(report.drained < .seconds(25), "draining took longer than PARLEY_SHUTDOWN_GRACE_SECONDS")
-        // The draining instance finished what it held: proxied calls it answered after the signal.
-        #expect(report.finishedAfterSignal >= 1, "no request in flight on the victim when it got SIGTERM finished there")
-        print("[measured] balancer, SIGTERM under load: \(report.summary)")
+    static let shutdownGrace = 5
+
+    /// Three thin clients long-poll pending flows (one lands on each instance), then the load
+    /// starts and the middle instance gets SIGTERM. No proxied call fails; the flows are then
+    /// completed, and every long-poll, the one the stopped instance held included, answers 200.
+    static func sigtermUnderLoad(_ client: BalancerClient, _ instances: [ParleyProcess], _ nginx: ExampleNginx, simulatorPort: Int) async throws {
+        var flows: [(token: String, id: String, url: String)] = []
+        for _ in 0..<3 {
+            let created = try await client.call("POST", "/v1/registrations", json: #"{"destination":"as"}"#)
+            let token = try #require(created.json?["clientToken"] as? String)
+            let flow = try await client.call("POST", "/v1/flows", token: token, json: "{}")
+            flows.append((token, try #require(flow.json?["id"] as? String), try #require(flow.json?["url"] as? String)))
+        }
+        let held = flows
+        try await withThrowingTaskGroup(of: BalancerClient.Answer.self) { polls in
+            for flow in held {
+                polls.addTask { try await client.call("GET", "/v1/flows/\(flow.id)?wait=30", token: flow.token) }
+            }
+            // All three are at the instances (round robin: one each) before anything else is sent.
+            try await poll(within: .seconds(10), "the long-polls to reach the instances") {
+                (try? await nginx.requestsInProgress()) ?? 0 >= 3
+            }
+
+            let report = try await loadWhileStopping(instances[1], instances, client, nginx)
+            #expect(report.all.count >= 60)
+            #expect(
+                report.failed.isEmpty,
+                "\(report.failed.count) of \(report.all.count) requests failed: \(report.failed.prefix(5).map { "\($0.status.map(String.init) ?? "-") \($0.failure ?? "")" })")
+            #expect(report.exitStatus == 0, "the drained instance exited with \(report.exitStatus)")
+            // The draining instance finished what it held: proxied calls it answered after the signal.
+            #expect(report.finishedAfterSignal >= 1, "no request in flight on the victim when it got SIGTERM finished there")
+            print("[measured] balancer, SIGTERM under load: \(report.summary)")
+
+            // The long-poll the stopped instance held ended there (answered or cut off).
+            let poll = "http.route=/v1/flows/{id} "
+            #expect(report.victimLogAfterSignal.contains(poll), "the stopped instance held no long-poll")
+            withKnownIssue(
+                """
+                Parley does not answer a pending long-poll when it is told to stop: the poll holds the drain for the whole \
+                shutdown grace, then is cancelled, logged as internal_error (500) and its connection closed without an answer
+                """
+            ) {
+                #expect(!report.victimLogAfterSignal.contains("problem.code=internal_error"))
+                #expect(report.drained < .seconds(Self.shutdownGrace), "draining waited out the grace period")
+            }
+
+            // The flows complete (no browser needed here); every long-poll answers, through the balancer.
+            for flow in held { try await Self.complete(flow.url, client: client, simulatorPort: simulatorPort) }
+            var answered = 0
+            for try await answer in polls {
+                #expect(answer.status == 200, "a long-poll failed: \(answer.status) \(answer.text)")
+                #expect(answer.json?["status"] as? String == "completed", "\(answer.text)")
+                answered += 1
+            }
+            #expect(answered == 3)
+            let resentPolls = nginx.accessLog.filter { $0.contains("/parley/v1/flows/") && $0.contains(", ") }
+            print("[measured] balancer: long-polls nginx resent after an instance cut them off: \(resentPolls)")
+        }
+    }
+
+    /// An authorization-code flow finished by hand: the start page and the callback through the
+    /// balancer, the login form posted to the simulator's authorization server.
+    static func complete(_ flowURL: String, client: BalancerClient, simulatorPort: Int) async throws {
+        let start = try await client.call("GET", String(flowURL.dropFirst(client.base.count)))
+        #expect(start.status == 302)
+        let authorize = try #require(start.headers["Location"])
+        let query = try #require(authorize.split(separator: "?", maxSplits: 1).last.map(String.init))
+        let login = try await RawHTTP.request(
+            port: simulatorPort, method: "POST", target: "/oauth/authorize", headers: [("Content-Type", "application/x-www-form-urlencoded")],
+            body: Array((query + "&username=alice&password=wonderland").utf8))
+        let callback = try #require(login.header("Location"))
+        #expect(callback.hasPrefix(client.base + "/callback/oauth2?"), "\(callback)")
+        let finished = try await client.call("GET", String(callback.dropFirst(client.base.count)))
+        #expect(finished.status == 303, "\(finished.text)")
     }
 
     /// The same load against the example with its retries switched off fails: the load test can
@@ -310,9 +384,9 @@ import UpstreamSimulator
         log.components(separatedBy: "http.route=\(route) ").count - 1
     }
 
-    static func poll(within limit: Duration, _ what: String, _ condition: () -> Bool) async throws {
+    static func poll(within limit: Duration, _ what: String, _ condition: () async -> Bool) async throws {
         let deadline = ContinuousClock.now + limit
-        while !condition() {
+        while await !condition() {
             guard ContinuousClock.now < deadline else { throw TestHarnessError("timed out waiting for \(what)") }
             try await Task.sleep(for: .milliseconds(20))
         }

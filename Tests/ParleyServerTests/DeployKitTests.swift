@@ -266,6 +266,8 @@ import Testing
         let example = try Self.read("nginx/parley.conf")
         #expect(example.contains("keepalive_timeout 15s;"), "upstream keep-alive must end before Parley's 20 s head timeout")
         #expect(example.contains("proxy_read_timeout 75s;"), "longer than the 60 s long-poll cap")
+        // A long-poll cut off by a stopping instance may have waited that long: it must still be resent.
+        #expect(example.contains("proxy_next_upstream_timeout 75s;"))
         let retries = example.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { $0.hasPrefix("proxy_next_upstream ") }
         #expect(retries == ["proxy_next_upstream error timeout;", "proxy_next_upstream off;"], "non-idempotent requests must not be resent")
         for header in ["X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host"] {
