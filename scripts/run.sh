@@ -94,7 +94,7 @@ progress() {
         shown=$((BASH_REMATCH[1] * 10 / BASH_REMATCH[2]))
         echo "  $line" >&2
       fi
-    elif [[ $line =~ ^(Fetching|Fetched|Cloning|Computing|Resolving|Building|Build\ complete|error:) ]]; then
+    elif [[ $line =~ ^(Fetching|Fetched|Cloning|Computing|Resolving|Building|Build\ complete) ]]; then
       if $tty; then printf '\r\033[K' >&2; fi
       echo "  $line" >&2
     fi
@@ -105,8 +105,13 @@ progress() {
 build() {
   say "building $1 (release; the first build takes several minutes; full log in $state/build.log)"
   if ! swift build -c release --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
-    tail -30 "$state/build.log" >&2
-    die "building $1 failed (log: $state/build.log)"
+    # The errors with a little context, else the log's end.
+    if grep -qE '(^|: )error: ' "$state/build.log"; then
+      { grep -E -A4 '(^|: )error: ' "$state/build.log" | head -60 >&2; } || true
+    else
+      tail -30 "$state/build.log" >&2
+    fi
+    die "building $1 failed (full log: $state/build.log)"
   fi
 }
 
@@ -133,8 +138,8 @@ cleanup() {
   if [ -n "${pg_started:-}" ]; then $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1 || true; fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'echo >&2; say "stopping"; exit 130' INT
+trap 'say "stopping"; exit 143' TERM
 
 if $local_pg; then
   if [ ! -f "$pg_data/PG_VERSION" ]; then
@@ -226,10 +231,11 @@ if $demo; then
   alice='"credentials":{"username":"alice","password":"wonderland"}'
   cat <<TEXT
 
-──────────────────────────────────────────────────────────────────────────────────────────
-Parley is ready on $public, the upstream simulator on $sim.
-Demo destinations: ${PARLEY_DESTINATIONS#"$root/"}. The simulator's user is alice / wonderland.
-In another terminal, paste a block: it registers (T is the client token), then calls through Parley.
+──────────────────────────────────────────────────────────────────────────────
+Parley is ready on $public (simulator: $sim).
+Demo destinations in ${PARLEY_DESTINATIONS#"$root/"}; user alice, password wonderland.
+In another terminal, paste a block: it registers, keeps the client token in T,
+then calls through Parley.
 
 demo: Basic + SAP CSRF + SMP registration
   T=\$($reg '{"destination":"demo",$alice}' $pick
@@ -243,25 +249,26 @@ demo-client: OAuth2 client credentials (Parley gets the token itself)
 demo-oauth: OAuth2 authorization code (a person signs in in a browser)
   T=\$($reg '{"destination":"demo-oauth"}' $pick
   curl -s $public/v1/proxy/hello $auth
-  # 401 interaction_required: open its flow.url in a browser, sign in as alice / wonderland;
-  # when the page says "Signed in", run the call again.
+  # → 401 interaction_required. Open its flow.url in a browser, sign in as
+  #   alice / wonderland; when the page says "Signed in", run the call again.
 
-demo-saml: SAML2 (the identity provider's page, then back through $public/web/demo-saml/)
+demo-saml: SAML2 (the simulator's identity provider, back through /web/demo-saml/)
   T=\$($reg '{"destination":"demo-saml"}' $pick
   curl -s $public/v1/proxy/api/data $auth
-  # 401 interaction_required: open its flow.url in a browser, sign in as alice / wonderland;
-  # when the page says "Signed in", run the call again.
+  # → 401 interaction_required. Open its flow.url in a browser, sign in as
+  #   alice / wonderland; when the page says "Signed in", run the call again.
 
 demo-otp: Basic, then a one-time passcode
   T=\$($reg '{"destination":"demo-otp",$alice}' $pick
   curl -s $public/v1/proxy/api/data $auth
-  # 401 interaction_required: open its flow.url in a browser and type alice's passcode, from:
+  # → 401 interaction_required. Open its flow.url in a browser and type the
+  #   passcode this prints (it changes every 30 s):
   curl -s '$sim/control/otp/code?user=alice'
-  # when the page says "Signed in", run the call again.
+  #   When the page says "Signed in", run the call again.
 
-The flow URL is also in the 401's Parley-Flow header; GET /v1/flows/{id}?wait=30 waits for it.
-Ctrl-C stops everything. Parley's log follows.
-──────────────────────────────────────────────────────────────────────────────────────────
+The flow URL is also in the 401's Parley-Flow header; a client waits for the
+flow with GET /v1/flows/{id}?wait=30. Ctrl-C stops everything. Parley's log follows.
+──────────────────────────────────────────────────────────────────────────────
 TEXT
 else
   say "Parley is ready on $public with your destinations ($PARLEY_DESTINATIONS); the simulator is on $sim. Ctrl-C stops everything."
