@@ -10,7 +10,7 @@
 #   PARLEY_LISTEN               Parley's host:port (default 127.0.0.1:8080)
 #   PARLEY_DEMO_SIMULATOR_PORT  the simulator's port (default 8081)
 #   PARLEY_DEMO_PG_PORT         the local PostgreSQL's port (default 54329)
-#   PARLEY_DEMO_DIR             the demo folder: keys, destinations, logs (default .local)
+#   PARLEY_DEMO_DIR             the demo folder: key ring, destinations, build log (default .local)
 #   PARLEY_BINARY, PARLEY_SIMULATOR_BINARY   run these binaries instead of building (the tests do)
 #   PARLEY_DESTINATIONS         your own destinations file instead of the demo's (no walk-through)
 set -euo pipefail
@@ -21,6 +21,7 @@ say() { echo "parley demo: $*" >&2; }
 die() { say "$*"; exit 1; }
 
 scripts/install-deps.sh
+command -v curl >/dev/null || say "note: the walk-through below uses curl, which is not installed (apt-get install curl)"
 state="${PARLEY_DEMO_DIR:-$root/.local}"
 mkdir -p "$state"
 chmod 700 "$state"
