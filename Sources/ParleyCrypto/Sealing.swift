@@ -157,6 +157,18 @@ public struct KeyRing: Sendable {
         guard sealed.count >= 2, sealed[0] == 1, sealed.count >= 2 + Int(sealed[1]) else { return nil }
         return String(decoding: sealed[2..<(2 + Int(sealed[1]))], as: UTF8.self)
     }
+
+    /// The bytes every value sealed under the first key starts with (`0x01 | len(kid) | kid`):
+    /// values sealed under another key can be found by their first bytes, without opening them.
+    public var sealingPrefix: [UInt8] {
+        let kid = Array(keys[0].id.utf8)
+        return [1, UInt8(kid.count)] + kid
+    }
+
+    /// Whether `sealed` was sealed under the first key (the one `seal` uses now).
+    public func isSealedWithFirstKey(_ sealed: [UInt8]) -> Bool {
+        Self.keyID(of: sealed) == sealingKeyID
+    }
 }
 
 extension Substring {
