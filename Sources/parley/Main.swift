@@ -6,7 +6,7 @@ import ParleyServer
 import ServiceLifecycle
 import Store
 
-/// `parley serve | migrate | version`, each with `--help`.
+/// `parley serve | migrate | admin | rekey | version`, each with `--help`.
 @main
 struct ParleyCommand: AsyncParsableCommand {
     static let version = "0.1.0"
@@ -16,7 +16,7 @@ struct ParleyCommand: AsyncParsableCommand {
         abstract: "Parley, a token broker between thin clients and SAML2-, OTP- and OAuth2-protected back ends.",
         discussion: "Configuration comes from PARLEY_* environment variables (see docs/api.md); every problem is reported at once (exit 78).",
         version: version,
-        subcommands: [Serve.self, Migrate.self, Admin.self, Version.self],
+        subcommands: [Serve.self, Migrate.self, Admin.self, RekeyCommand.self, Version.self],
         defaultSubcommand: Serve.self)
 }
 

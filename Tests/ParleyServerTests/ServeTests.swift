@@ -159,14 +159,14 @@ import UpstreamSimulator
     }
 
     @Test func everyCommandExplainsItself() async throws {
-        for arguments in [["--help"], ["serve", "--help"], ["migrate", "--help"], ["version", "--help"], ["admin", "--help"], ["admin", "revoke", "--help"]] {
+        for arguments in [["--help"], ["serve", "--help"], ["migrate", "--help"], ["version", "--help"], ["admin", "--help"], ["admin", "revoke", "--help"], ["rekey", "--help"]] {
             let help = try await ParleyProcess.start(arguments: arguments, environment: [:], waitForReady: false)
             #expect(try await help.waitForExit() == 0, "parley \(arguments.joined(separator: " "))")
             #expect(help.log.contains("USAGE: parley"), "parley \(arguments.joined(separator: " "))")
         }
         let top = try await ParleyProcess.start(arguments: ["--help"], environment: [:], waitForReady: false)
         _ = try await top.waitForExit()
-        for command in ["serve", "migrate", "admin", "version"] { #expect(top.log.contains(command)) }
+        for command in ["serve", "migrate", "admin", "rekey", "version"] { #expect(top.log.contains(command)) }
         let version = try await ParleyProcess.start(arguments: ["version"], environment: [:], waitForReady: false)
         #expect(try await version.waitForExit() == 0)
         #expect(version.log.contains("parley 0."))
