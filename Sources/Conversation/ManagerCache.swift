@@ -3,7 +3,7 @@ import Synchronization
 
 /// Conversation managers built lazily per registration and evicted when idle, so
 /// a million registrations cost rows, not memory. Eviction happens on access
-/// (no background task): every call sweeps at most a few idle entries.
+/// (no background task), in a full pass now and then.
 public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
     private struct Entry {
         var manager: ConversationManager
@@ -12,6 +12,7 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
 
     private struct State {
         var entries: [Key: Entry] = [:]
+        var lastSweep = Date.distantPast
     }
 
     private let state = Mutex(State())
@@ -61,15 +62,12 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
 
     public var count: Int { state.withLock { $0.entries.count } }
 
-    /// Removes idle entries, looking at up to 8 per call.
+    /// Removes idle entries: a full pass at most once per tenth of the idle timeout (at
+    /// least once a second), so a call costs a dictionary lookup and the pass is amortised
+    /// over every call in between, however many registrations are active.
     private func sweep(_ state: inout State, now: Date) {
-        guard !state.entries.isEmpty else { return }
-        var looked = 0
-        var expired: [Key] = []
-        for (key, entry) in state.entries where looked < 8 {
-            looked += 1
-            if now.timeIntervalSince(entry.lastUsed) > idleTimeout { expired.append(key) }
-        }
-        for key in expired { state.entries[key] = nil }
+        guard now.timeIntervalSince(state.lastSweep) >= max(1, idleTimeout / 10) else { return }
+        state.lastSweep = now
+        state.entries = state.entries.filter { now.timeIntervalSince($0.value.lastUsed) <= idleTimeout }
     }
 }

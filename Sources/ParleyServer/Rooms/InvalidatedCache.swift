@@ -15,7 +15,7 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
     private let lifetime: Duration
     private let capacity: Int
 
-    init(lifetime: Duration = .seconds(60), capacity: Int = 10_000, enabled: Bool = false) {
+    init(lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false) {
         self.lifetime = lifetime
         self.capacity = capacity
         state.withLock { $0.enabled = enabled }
