@@ -131,6 +131,10 @@ public final class InMemoryTokens: TokenRepository {
 
     public func load(_ key: TokenKey) async throws -> StoredToken? { rows.withLock { $0[key]?.token } }
 
+    public func forget(key: String?, registrationID: UUID?) {}
+
+    public func setCaching(_ enabled: Bool) {}
+
     public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
         try await lock.run { try await body(Access(rows: self)) }
     }

@@ -665,8 +665,16 @@ import Glibc
         guard stored.count == 1, stored[0].refresh != nil else { return ["set-up: expected one stored token with a refresh token, found \(stored.count)"] }
         // 2. It goes stale (well inside Parley's 30 s skew), so the next call refreshes.
         _ = try await world.store.execute("UPDATE tokens SET expires_at = now() - interval '1 minute' WHERE destination = \(c.destination)")
-
-        let response = try await RawHTTP.framedRequest(port: world.instance.port, target: "/v1/proxy", headers: registration.auth)
+        // Parley caches tokens and drops them when a change is announced: a change made
+        // behind its back is announced the same way, and the next call reads the row.
+        // The notification reaches Parley a moment later: until then a call may still use
+        // the cached (stale-unaware) copy, which changes nothing; poll until one refreshes.
+        _ = try await world.store.execute("SELECT pg_notify('parley_cache', 't:*')")
+        var response = try await RawHTTP.framedRequest(port: world.instance.port, target: "/v1/proxy", headers: registration.auth)
+        let deadline = ContinuousClock.now + .seconds(3)
+        while world.server.requests(c.name).count < 2 && ContinuousClock.now < deadline {
+            response = try await RawHTTP.framedRequest(port: world.instance.port, target: "/v1/proxy", headers: registration.auth)
+        }
         let calls = world.server.requests(c.name)
         if calls.count < 2 || calls[1].formFields["grant_type"] != "refresh_token" {
             failures.append("no refresh_token call reached the token endpoint (calls: \(calls.map { $0.formFields["grant_type"] ?? "?" }))")

@@ -58,4 +58,28 @@ import Testing
             #expect(a.simulator.smp.sessionsCreated > sessions, "instance B kept sending a revoked session cookie")
         }
     }
+
+    /// OAuth2 tokens are cached per instance (the proxy path reads one per request); a
+    /// revocation on one instance drops every instance's copy.
+    @Test func aTokenRevocationOnOneInstanceDropsTheCachedTokenOnTheOther() async throws {
+        var options = LiveOptions()
+        options.instances = 2
+        try await withLiveParley(destinations: { [OAuth2Tests.destination($0, grant: "client_credentials")] }, options: options) { a in
+            let b = try #require(a.others.first)
+            let (_, token) = try await a.register("as", credentials: false)
+            #expect(try await b.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
+            #expect(try await b.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
+            #expect(a.simulator.oauth.tokenCalls == 1)  // the second call used B's cached token
+            let revoked = try await a.request(
+                "POST", "/admin/v1/revocations", headers: [("Authorization", "Bearer admin-token-0123456789"), ("Content-Type", "application/json")],
+                body: Array("{\"destination\":\"as\"}".utf8))
+            #expect(revoked.json?["revoked"] as? Int == 1)
+            // B soon has no token: its next call obtains a new one instead of sending the revoked one.
+            let deadline = ContinuousClock.now + .seconds(1)
+            while a.simulator.oauth.tokenCalls == 1 && ContinuousClock.now < deadline {
+                #expect(try await b.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
+            }
+            #expect(a.simulator.oauth.tokenCalls == 2, "instance B kept a revoked token")
+        }
+    }
 }

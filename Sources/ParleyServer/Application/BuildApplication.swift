@@ -87,7 +87,8 @@ func compose(
         browserManagers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens)
     let clientTokens = ClientTokens(registrations: d.registrations)
-    let invalidation = CacheInvalidation(signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, logger: logger)
+    let invalidation = CacheInvalidation(
+        signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
     let flows = FlowService(
         flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.publicURL,

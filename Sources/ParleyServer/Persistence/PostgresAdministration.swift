@@ -79,6 +79,8 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
         guard !filter.isEmpty else { return 0 }
         return try await store.withTransaction { connection in
             var removed = try await connection.execute("DELETE FROM tokens WHERE " + Self.tokenCondition(filter))
+            // Every instance drops its cached tokens when this commits.
+            try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: nil)))")
             if let id = filter.registrationID,
                 try await connection.execute("DELETE FROM cookies WHERE registration_id = \(id)") > 0
             {

@@ -1,3 +1,4 @@
+import AuthFlows
 public import Foundation
 public import Store
 
@@ -18,6 +19,19 @@ public struct PostgresCacheSignals: CacheSignals {
 
     static func payload(registrationID: UUID) -> String { "r:" + registrationID.uuidString.lowercased() }
     static func payload(cookieJarOf registrationID: UUID) -> String { "c:" + registrationID.uuidString.lowercased() }
+    static func payload(token key: TokenKey?) -> String { "t:" + (key?.description ?? "*") }
+
+    static func event(_ payload: String) -> CacheEvent {
+        if payload.hasPrefix("t:") {
+            let key = String(payload.dropFirst(2))
+            return .token(key == "*" ? nil : key)
+        }
+        switch (payload.prefix(2), UUID(uuidString: String(payload.dropFirst(2)))) {
+        case ("r:", let id?): return .registration(id)
+        case ("c:", let id?): return .cookieJar(id)
+        default: return .all
+        }
+    }
 
     public func announce(registrationID: UUID) async throws {
         try await store.notify(channel: Self.channel, payload: Self.payload(registrationID: registrationID))
@@ -26,14 +40,9 @@ public struct PostgresCacheSignals: CacheSignals {
     public func events() -> any AsyncSequence<CacheEvent, Never> & Sendable {
         listener.notifications(channel: Self.channel).map { @Sendable event -> CacheEvent in
             switch event {
-            case .listening, .reconnected, .overflowed: .all
-            case .disconnected: .suspended
-            case .notification(let payload):
-                switch (payload.prefix(2), UUID(uuidString: String(payload.dropFirst(2)))) {
-                case ("r:", let id?): .registration(id)
-                case ("c:", let id?): .cookieJar(id)
-                default: .all
-                }
+            case .listening, .reconnected, .overflowed: return .all
+            case .disconnected: return .suspended
+            case .notification(let payload): return Self.event(payload)
             }
         }
     }

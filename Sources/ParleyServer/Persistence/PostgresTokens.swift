@@ -10,6 +10,10 @@ public import Store
 public struct PostgresTokens: TokenRepository {
     let store: PostgresStore
     let keyRing: KeyRing
+    /// Tokens as last read here (nil: none stored), by `TokenKey.description`: the proxy
+    /// path reads a token on every request. Every write announces the key (`t:`), so every
+    /// instance drops its copy; a lost signal suspends the cache.
+    let cache = InvalidatedCache<String, TokenSlot>()
     /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
     let leaseDuration: Duration
     /// How long a section waits for another holder before giving up with `503`.
@@ -23,15 +27,32 @@ public struct PostgresTokens: TokenRepository {
     }
 
     public func load(_ key: TokenKey) async throws -> StoredToken? {
-        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
+        let name = key.description
+        if let cached = cache.value(for: name) { return cached.token }
+        let token = try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
+        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: name)
+        return token
     }
+
+    public func forget(key: String?, registrationID: UUID?) {
+        if let key {
+            cache.remove(key)
+        } else if let registrationID {
+            let id = registrationID.uuidString.lowercased()
+            cache.removeAll { $1.registrationID == id }
+        } else {
+            cache.removeAll()
+        }
+    }
+
+    public func setCaching(_ enabled: Bool) { cache.setEnabled(enabled) }
 
     public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
         let owner = UUID().uuidString
         try await acquireLease(key, owner: owner)
         let result: T
         do {
-            result = try await body(PooledTokens(store: store, keyRing: keyRing))
+            result = try await body(PooledTokens(store: store, keyRing: keyRing, cache: cache))
         } catch {
             await releaseLease(key, owner: owner)
             throw error
@@ -99,21 +120,40 @@ public struct PostgresTokens: TokenRepository {
     }
 }
 
+/// A cached token lookup: the token, or none stored.
+struct TokenSlot: Sendable {
+    let token: StoredToken?
+    let registrationID: String?
+}
+
 /// Token rows inside a lease: one pooled connection per statement, none held between.
+/// Reads go to the database (the section re-checks what another instance stored);
+/// each write is one transaction with its announcement.
 struct PooledTokens: TokenAccess {
     let store: PostgresStore
     let keyRing: KeyRing
+    let cache: InvalidatedCache<String, TokenSlot>
 
     func load(_ key: TokenKey) async throws -> StoredToken? {
         try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
     }
 
     func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
-        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).save(token, for: key, grant: grant) }
+        cache.remove(key.description)
+        defer { cache.remove(key.description) }
+        try await store.withTransaction { connection in
+            try await ConnectionTokens(connection: connection, keyRing: keyRing).save(token, for: key, grant: grant)
+            try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: key)))")
+        }
     }
 
     func delete(_ key: TokenKey) async throws {
-        try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).delete(key) }
+        cache.remove(key.description)
+        defer { cache.remove(key.description) }
+        try await store.withTransaction { connection in
+            try await ConnectionTokens(connection: connection, keyRing: keyRing).delete(key)
+            try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: key)))")
+        }
     }
 }
 

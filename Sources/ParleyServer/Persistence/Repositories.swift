@@ -46,6 +46,11 @@ public protocol CookieRepository: CookieRecords {
 /// OAuth2 tokens, plus the listing a deregistration revokes.
 public protocol TokenRepository: TokenStore {
     func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)]
+    /// Drops this instance's cached copy of one token (`TokenKey.description`), of every
+    /// token of a registration, or of all tokens (nil, nil).
+    func forget(key: String?, registrationID: UUID?)
+    /// Follows the cache signal (see `InvalidatedCache.setEnabled`).
+    func setCaching(_ enabled: Bool)
     /// When tokens were last sent, in one batch.
     func markUsed(_ uses: [TokenKey: Date]) async throws
 }
@@ -81,6 +86,8 @@ public enum CacheEvent: Sendable, Equatable {
     case registration(UUID)
     /// Only a registration's cookie jar changed (new or expired cookies from the upstream).
     case cookieJar(UUID)
+    /// One stored OAuth2 token changed (`TokenKey.description`), or, with nil, any number.
+    case token(String?)
     /// Drop everything, then cache again: the signal is (back) up, and notifications
     /// may have been missed before.
     case all

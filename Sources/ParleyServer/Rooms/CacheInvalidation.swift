@@ -4,12 +4,13 @@ import ServiceLifecycle
 
 /// Keeps this instance's caches current: a registration changed here is dropped at once
 /// and announced; a change announced by any instance drops it here. While the cache
-/// signal is lost, nothing is cached (client-token lookups and cookie jars are read from
-/// the database, managers are rebuilt), so no instance acts on a view it cannot hear about.
+/// signal is lost, nothing is cached (client-token lookups, cookie jars and OAuth2 tokens
+/// are read from the database, managers are rebuilt), so no instance acts on a view it cannot hear about.
 struct CacheInvalidation: Service {
     let signals: any CacheSignals
     let clientTokens: ClientTokens
     let conversations: Conversations
+    let tokens: any TokenRepository
     let logger: Logger
 
     /// A registration's credentials or state changed: forget it here, then tell every instance.
@@ -37,18 +38,24 @@ struct CacheInvalidation: Service {
         case .registration(let id):
             clientTokens.forget(id)
             conversations.forget(id)
+            tokens.forget(key: nil, registrationID: id)
+        case .token(let key):
+            tokens.forget(key: key, registrationID: nil)
         case .cookieJar(let id):
             conversations.cookies.forget(registrationID: id.uuidString.lowercased())
         case .all:
             clientTokens.recent.setEnabled(false)
             conversations.cookies.setCaching(false)
+            tokens.setCaching(false)
             conversations.forgetAll()
             clientTokens.recent.setEnabled(true)
             conversations.cookies.setCaching(true)
+            tokens.setCaching(true)
         case .suspended:
             logger.warning("cache signal lost: caching paused until it is back")
             clientTokens.recent.setEnabled(false)
             conversations.cookies.setCaching(false)
+            tokens.setCaching(false)
             conversations.forgetAll()
         }
     }
