@@ -192,11 +192,7 @@ public struct ConversationManager: Sendable {
         for observer in observers { observer.observe(.finished(status: status), conversation: conversation) }
     }
 
-    public static func newID() -> String {
-        var g = SystemRandomNumberGenerator()
-        let n = g.next() as UInt64
-        return String(n, radix: 16)
-    }
+    public static func newID() -> String { LocalID.next() }
 }
 
 extension Credential {

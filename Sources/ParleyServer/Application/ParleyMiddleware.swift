@@ -1,3 +1,4 @@
+import Conversation
 import Hummingbird
 import Logging
 import ParleyCrypto
@@ -16,7 +17,7 @@ struct ParleyMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let started = ContinuousClock.now
-        let requestID = Hex.encode(SecureRandom.bytes(8))
+        let requestID = LocalID.next()
         var context = context
         context.logger[metadataKey: "request.id"] = .string(requestID)
         var response: Response

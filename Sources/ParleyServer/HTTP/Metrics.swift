@@ -1,4 +1,5 @@
 public import Prometheus
+import Synchronization
 
 /// Parley's metrics in a Prometheus registry (swift-prometheus), rendered at `/metrics`.
 /// Label values come from fixed sets (route templates, status classes, destination
@@ -38,19 +39,42 @@ public final class Metrics: Sendable {
         self.registry = registry
     }
 
+    /// Label values (in the counter's fixed label order) to the registry's collector, so
+    /// that the request path pays a dictionary lookup, not the registry's name building.
+    private struct CounterKey: Hashable {
+        let name: CounterName
+        let first: String
+        let second: String
+    }
+    private let counters = Mutex<[CounterKey: Counter]>([:])
+    private let histograms = Mutex<[String: DurationHistogram]>([:])
+
+    /// Every counter uses at most two labels, always in the same order.
     public func increment(_ counter: CounterName, _ labels: [(String, String)] = []) {
-        registry.makeCounter(
-            descriptor: MetricNameDescriptor(metricName: counter.rawValue, unitName: "total", helpText: counter.help), labels: labels
-        ).increment()
+        let key = CounterKey(
+            name: counter, first: labels.first?.1 ?? "", second: labels.count > 1 ? labels[1].1 : "")
+        if let cached = counters.withLock({ $0[key] }) {
+            cached.increment()
+            return
+        }
+        let made = registry.makeCounter(
+            descriptor: MetricNameDescriptor(metricName: counter.rawValue, unitName: "total", helpText: counter.help), labels: labels)
+        counters.withLock { $0[key] = made }
+        made.increment()
     }
 
     /// Time to the response head, by route template.
     public func observe(route: String, duration: Duration) {
-        registry.makeDurationHistogram(
+        if let cached = histograms.withLock({ $0[route] }) {
+            cached.record(duration)
+            return
+        }
+        let made = registry.makeDurationHistogram(
             descriptor: MetricNameDescriptor(
                 metricName: "parley_http_request_duration", unitName: "seconds", helpText: "Time to the response head, by route."),
-            labels: [("route", route)], buckets: Self.durationBuckets
-        ).record(duration)
+            labels: [("route", route)], buckets: Self.durationBuckets)
+        histograms.withLock { $0[route] = made }
+        made.record(duration)
     }
 
     /// The Prometheus text exposition.

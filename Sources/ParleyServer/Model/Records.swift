@@ -24,7 +24,7 @@ public enum FlowPurpose: String, Sendable, CaseIterable {
 
 /// A registration as stored, secrets still sealed.
 public struct RegistrationRecord: Sendable, Equatable {
-    public var id: UUID
+    public var id: UUID { didSet { idString = id.uuidString.lowercased() } }
     public var destination: String
     public var status: RegistrationStatus
     public var appcidSealed: [UInt8]?
@@ -36,7 +36,8 @@ public struct RegistrationRecord: Sendable, Equatable {
     public var clientCertificateSealed: [UInt8]?
     public var createdAt: Date
 
-    public var idString: String { id.uuidString.lowercased() }
+    /// The id as text, made once (logs and seal bindings use it on every request).
+    public private(set) var idString: String
 
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
@@ -44,6 +45,7 @@ public struct RegistrationRecord: Sendable, Equatable {
         createdAt: Date
     ) {
         self.id = id
+        self.idString = id.uuidString.lowercased()
         self.destination = destination
         self.status = status
         self.appcidSealed = appcidSealed
