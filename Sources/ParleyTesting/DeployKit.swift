@@ -285,7 +285,7 @@ public enum BalancerExample {
             pid \(dir)/nginx.pid;
             events { worker_connections 1024; }
             http {
-                log_format balancer '$request_method $request_uri $status upstream=$upstream_addr upstream_status=$upstream_status';
+                log_format balancer '$request_method $request_uri $status upstream=$upstream_addr upstream_status=$upstream_status t=$msec';
                 access_log \(dir)/access.log balancer;
                 client_body_temp_path \(dir)/client_body;
                 proxy_temp_path \(dir)/proxy;
@@ -390,7 +390,7 @@ public final class ExampleNginx: @unchecked Sendable {
 
     public var errorLog: String { (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "" }
 
-    /// One line per request: `METHOD target status upstream=addr[, addr…] upstream_status=…`.
+    /// One line per request: `METHOD target status upstream=addr[, addr…] upstream_status=… t=<end, Unix seconds>`.
     public var accessLog: [String] {
         ((try? String(contentsOfFile: directory + "/access.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
@@ -407,6 +407,73 @@ public final class ExampleNginx: @unchecked Sendable {
     }
 
     /// Stops nginx and deletes its directory.
+    public func remove() {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// HAProxy running a configuration made from the deploy kit's example (`BalancerExample.haproxy`),
+/// in the foreground, its configuration in a temp directory.
+public final class ExampleHAProxy: @unchecked Sendable {
+    public let port: Int
+    public let directory: String
+    private let lock = NSLock()
+    private var process: Process?
+    private let output: String
+
+    private init(port: Int, directory: String, process: Process, output: String) {
+        self.port = port
+        self.directory = directory
+        self.process = process
+        self.output = output
+    }
+
+    deinit { stop() }
+
+    /// Checks the configuration with `haproxy -c`, starts HAProxy and returns once it accepts connections.
+    public static func start(configuration: String, port: Int, readyTimeout: Duration = .seconds(10)) async throws -> ExampleHAProxy {
+        let dir = NSTemporaryDirectory() + "parley-haproxy-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try configuration.write(toFile: dir + "/parley.cfg", atomically: true, encoding: .utf8)
+        let check = try Tool.run("haproxy", ["-c", "-f", dir + "/parley.cfg"])
+        guard check.status == 0 else { throw TestHarnessError("haproxy -c refused the example: \(check)") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try ExternalTool.locate("haproxy"))
+        process.arguments = ["-db", "-f", dir + "/parley.cfg"]
+        let outputPath = dir + "/haproxy.log"
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        try? output.close()
+        let haproxy = ExampleHAProxy(port: port, directory: dir, process: process, output: outputPath)
+        let deadline = ContinuousClock.now + readyTimeout
+        while !FreePort.accepts(port) {
+            if !process.isRunning || ContinuousClock.now > deadline {
+                haproxy.stop()
+                throw TestHarnessError("haproxy did not start on port \(port): \(haproxy.log.suffix(1500))")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return haproxy
+    }
+
+    /// HAProxy's own log (stdout): one line per request, health-check transitions.
+    public var log: String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
+
+    public func stop() {
+        lock.lock()
+        let running = process
+        process = nil
+        lock.unlock()
+        guard let running else { return }
+        if running.isRunning { running.terminate() }
+        running.waitUntilExit()
+    }
+
     public func remove() {
         stop()
         try? FileManager.default.removeItem(atPath: directory)

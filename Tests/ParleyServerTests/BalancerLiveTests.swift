@@ -66,6 +66,7 @@ import UpstreamSimulator
 
             do {
                 try await Self.registrationAndProxiedCalls(client, instances, simulator)
+                try await Self.theHAProxyExampleServesToo(instances, certificates)
                 try await Self.signInAcrossInstances(client, instances, publicURL: publicURL, simulatorURL: simulatorURL)
                 try await Self.sigtermUnderLoad(client, instances, nginx, simulatorPort: simulatorPort)
                 try await Self.withoutRetriesAClientSeesTheStop(environment, instances, certificates)
@@ -116,7 +117,8 @@ import UpstreamSimulator
         #expect(posted.json?["bodyBytes"] as? Int == 70_000)
         let merged = try await client.call("MERGE", "/v1/proxy/echo/merge", token: token, body: Array(#"{"a":1}"#.utf8))
         #expect(merged.headers["Parley-Request-Id"] != nil, "MERGE did not reach Parley: \(merged.status) \(merged.text)")
-        #expect(instances.contains { $0.log.contains("http.method=MERGE") })
+        // An instance's log line follows its answer through a pipe: wait (bounded) for it.
+        try await poll(within: .seconds(5), "MERGE in an instance's log") { instances.contains { $0.log.contains("http.method=MERGE") } }
 
         // An upstream's 503 passes through and is not resent to other instances (nor counted against them).
         let before = simulator.requests(route: "GET /status")
@@ -134,6 +136,48 @@ import UpstreamSimulator
         let bare = try await client.call("GET", "", token: nil)
         #expect(bare.status == 308)
         #expect(bare.headers["Location"]?.hasSuffix("/parley/") == true, "\(bare.headers["Location"] ?? "none")")
+    }
+
+    /// deploy/haproxy/parley.cfg in front of the same instances (certificate, bind address and
+    /// servers replaced): the prefix goes, the raw target stays, /readyz checks see every instance
+    /// up, the operations endpoints stay inside.
+    static func theHAProxyExampleServesToo(_ instances: [ParleyProcess], _ certificates: TestCertificates) async throws {
+        let pem = certificates.directory + "/haproxy.pem"
+        try (String(contentsOfFile: certificates.serverCertificatePath, encoding: .utf8) + String(contentsOfFile: certificates.serverKeyPath, encoding: .utf8))
+            .write(toFile: pem, atomically: true, encoding: .utf8)
+        let port = try FreePort.find()
+        let configuration = try BalancerExample.haproxy(
+            example: String(contentsOfFile: DeployKitTests.deploy + "/haproxy/parley.cfg", encoding: .utf8),
+            certificate: pem, listenPort: port, instancePorts: instances.map(\.port))
+        let checksBefore = instances.map { count($0.log, route: "/readyz") }
+        let haproxy = try await ExampleHAProxy.start(configuration: configuration, port: port)
+        defer { haproxy.remove() }
+        let client = BalancerClient(base: "https://127.0.0.1:\(port)/parley", ca: certificates.caPEM)
+        defer { client.shutdown() }
+
+        let created = try await client.call(
+            "POST", "/v1/registrations", json: #"{"destination":"sim","credentials":{"username":"alice","password":"wonderland"}}"#)
+        #expect(created.status == 201, "\(created.text)")
+        let token = try #require(created.json?["clientToken"] as? String)
+        for _ in 0..<3 {
+            let data = try await client.call("GET", "/v1/proxy/api/data", token: token)
+            #expect(data.status == 200, "\(data.text)")
+        }
+        let refused = try await client.call("GET", "/v1/proxy/echo/a%2Fb", token: token)
+        #expect(refused.status == 400 && refused.json?["code"] as? String == "invalid_request", "\(refused.status) \(refused.text)")
+        let echoed = try await client.call("GET", "/v1/proxy/echo/a,b?q=%2F", token: token)
+        #expect(echoed.json?["path"] as? String == "/echo/a,b" && echoed.json?["query"] as? String == "q=%2F", "\(echoed.text)")
+        let hidden = try await client.call("GET", "/metrics")
+        #expect(hidden.status == 404 && hidden.headers["Parley-Request-Id"] == nil)
+        #expect(try await client.call("GET", "").status == 308)
+        // The requests went round the three servers, and no health check took one down.
+        for name in ["parley1", "parley2", "parley3"] {
+            #expect(haproxy.log.contains("parley/\(name) "), "no request reached \(name): \(haproxy.log.suffix(1500))")
+        }
+        #expect(!haproxy.log.contains(" is DOWN"), "\(haproxy.log.suffix(1500))")
+        try await poll(within: .seconds(8), "HAProxy's /readyz checks to reach every instance") {
+            instances.indices.allSatisfy { count(instances[$0].log, route: "/readyz") > checksBefore[$0] }
+        }
     }
 
     // MARK: OAuth2 in Chromium across three instances
@@ -175,9 +219,13 @@ import UpstreamSimulator
         #expect(retried.status == 200, "\(retried.text)")
         #expect(retried.json?["sub"] as? String == "alice")
 
-        // Which instance served what, from each instance's own access log.
+        // Which instance served what, from each instance's own access log (its lines follow the
+        // answers through a pipe: wait, bounded, until each route was logged somewhere).
         func servedBy(_ route: String) -> [Int] {
             instances.indices.filter { Self.count(instances[$0].log, route: route) > 0 }
+        }
+        try await poll(within: .seconds(5), "the flow's requests in the instances' logs") {
+            ["/flows/{id}", "/callback/oauth2", "/v1/flows/{id}"].allSatisfy { !servedBy($0).isEmpty }
         }
         let page = servedBy("/flows/{id}")
         let callback = servedBy("/callback/oauth2")
@@ -201,7 +249,7 @@ import UpstreamSimulator
     struct LoadReport {
         var all: [Outcome]
         var failed: [Outcome] { all.filter { $0.status != 200 } }
-        /// Proxied calls the stopped instance answered (200) after it got SIGTERM.
+        /// Proxied calls the stopped instance answered (200, nginx's log) after it got SIGTERM.
         var finishedAfterSignal: Int
         var exitStatus: Int32
         var drained: Duration
@@ -252,6 +300,7 @@ import UpstreamSimulator
             }
             let mark = victim.log.count
             let signalled = ContinuousClock.now
+            let signalledAt = Date().timeIntervalSince1970
             victim.signal(SIGTERM)
             let exit = try await victim.waitForExit(timeout: .seconds(40))
             let exited = ContinuousClock.now
@@ -263,9 +312,15 @@ import UpstreamSimulator
             try await group.waitForAll()
 
             let afterSignal = String(victim.log.dropFirst(mark))
-            let finished = afterSignal.split(separator: "\n").filter { $0.contains("http.route=\(route) ") && $0.contains("http.status=200") }
+            // Answered by the victim alone, with 200, and finished (nginx's $msec) after the signal.
+            let finished = nginx.accessLog.filter { line in
+                guard line.contains("/parley/v1/proxy/slow"), line.contains(" upstream=127.0.0.1:\(victim.port) upstream_status=200 "),
+                    let end = line.split(separator: " t=").last.flatMap({ Double($0) })
+                else { return false }
+                return end > signalledAt
+            }
             let resent = nginx.accessLog.filter { line in
-                line.contains("/parley/v1/proxy/slow") && (line.split(separator: " upstream=").last?.split(separator: " ").first?.hasSuffix(",") ?? false)
+                line.contains("/parley/v1/proxy/slow") && line.contains(", ")
             }
             return LoadReport(
                 all: outcomes.all, finishedAfterSignal: finished.count, exitStatus: exit, drained: exited - signalled, resent: resent,
