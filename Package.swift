@@ -128,7 +128,7 @@ let package = Package(
             dependencies: ["CurlTransport", "Conversation", "ParleyTesting", "UpstreamSimulator", "ParleyCrypto", "ParleyEncoding"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "ParleyFuzzTests", dependencies: ["ParleyFuzzTargets"], swiftSettings: swiftSettings),
+        .testTarget(name: "ParleyFuzzTests", dependencies: ["ParleyFuzzTargets", "AuthFlows"], swiftSettings: swiftSettings),
         .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulatorTests",

@@ -283,6 +283,11 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         let baseURL = url.hasSuffix("/") ? String(url.dropLast()) : url
         if let parts = URLParts(baseURL) {
             if parts.query != nil { problems.append("\(label): url must not have a query") }
+            // URLParts drops a fragment; libcurl would too, and every proxied path with it.
+            if baseURL.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
+                problems.append("\(label): url must not have a fragment, spaces or control characters")
+            }
+            if baseURL.utf8.last == UInt8(ascii: "/") { problems.append("\(label): url must not end with '//'") }
         } else {
             problems.append("\(label): url must be an absolute http(s) URL without user info")
         }

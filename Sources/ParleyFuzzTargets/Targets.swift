@@ -172,7 +172,10 @@ enum Targets {
                 continue
             }
             if parts.query != nil { broken.append("a destination URL with a query") }
-            if destination.baseURL.hasSuffix("/") { broken.append("a destination URL with a trailing '/'") }
+            if destination.baseURL.utf8.last == UInt8(ascii: "/") { broken.append("a destination URL with a trailing '/'") }
+            if destination.baseURL.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
+                broken.append("a destination URL with a fragment, space or control character")
+            }
         }
         return broken
     }
