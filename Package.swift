@@ -13,6 +13,9 @@ let package = Package(
         .executable(name: "parley", targets: ["parley"]),
         .executable(name: "upstream-simulator", targets: ["UpstreamSimulatorCLI"]),
         .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
+        // For the separate benchmark package in Benchmarks/ (package-benchmark), which
+        // can only reach another package's targets through its library products.
+        .library(name: "ParleyBenchmarkSupport", targets: ["Conversation", "AuthFlows", "ParleyCrypto", "ParleyEncoding"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.0.0"),
@@ -74,6 +77,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: swiftSettings

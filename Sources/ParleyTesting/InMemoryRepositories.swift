@@ -250,7 +250,9 @@ public final class InMemoryFlowSignals: FlowSignals {
         for waiter in waiters.withLock({ $0.removeValue(forKey: flowID) ?? [] }) { waiter.resume() }
     }
 
-    public func wait(for flowID: UUID, timeout: Duration) async {
+    public func drain() {}
+
+    public func wait(for flowID: UUID, timeout: Duration) async -> Bool {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await withCheckedContinuation { c in self.waiters.withLock { $0[flowID, default: []].append(c) } } }
             group.addTask { try? await Task.sleep(for: timeout) }
@@ -258,6 +260,7 @@ public final class InMemoryFlowSignals: FlowSignals {
             group.cancelAll()
             try? await self.announce(flowID: flowID)  // release a waiter the timeout beat
         }
+        return true
     }
 }
 

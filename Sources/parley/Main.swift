@@ -63,11 +63,15 @@ struct Serve: AsyncParsableCommand {
             }
             let transport = CurlTransport(
                 configuration: .init(pausedTransferDeadline: configuration.pausedTransferDeadline), logger: logger)
+            let dependencies = ParleyDependencies.postgres(configuration: configuration, store: store, transport: transport, logger: logger)
             let app = buildApplication(
                 configuration: configuration,
-                dependencies: .postgres(configuration: configuration, store: store, transport: transport, logger: logger),
+                dependencies: dependencies,
                 logger: logger,
-                extraServices: [ShutdownHook(name: "transport") { transport.shutdown() }],
+                extraServices: [
+                    ShutdownHook(name: "transport") { transport.shutdown() },
+                    ShutdownNotice { [flowSignals = dependencies.flowSignals] in flowSignals.drain() },
+                ],
                 onServerRunning: { port in
                     logger.info(
                         "parley ready",

@@ -4,6 +4,7 @@ public import Hummingbird
 public import Logging
 public import ServiceLifecycle
 public import Store
+public import UnixSignals
 
 /// What an instance stands on: storage, signals, the upstream transport and the
 /// clock. `postgres(…)` is production's; ParleyTesting builds in-memory twins.
@@ -175,6 +176,30 @@ public func buildApplication(
 /// Applies pending migrations under the store's advisory lock.
 public func migrate(store: PostgresStore, source: MigrationSource, logger: Logger) async throws -> [String] {
     try await Migrator(store: store, source: source, logger: logger).migrate()
+}
+
+/// Hears the stop signal before the HTTP server drains: the server is the first service
+/// to stop and waits for what it holds, so long-polls must be told at the signal itself
+/// (they answer with the flow's state, and the client asks again elsewhere).
+public struct ShutdownNotice: Service, CustomStringConvertible {
+    let signals: [UnixSignal]
+    let notice: @Sendable () -> Void
+    public var description: String { "ShutdownNotice" }
+
+    public init(signals: [UnixSignal] = [.sigterm, .sigint], _ notice: @escaping @Sendable () -> Void) {
+        self.signals = signals
+        self.notice = notice
+    }
+
+    public func run() async throws {
+        let heard = try? await cancelWhenGracefulShutdown {
+            for await _ in await UnixSignalsSequence(trapping: signals) { return true }
+            return false
+        }
+        if heard == true { notice() }
+        // A service that returns early ends its group: stay until the group stops.
+        try? await gracefulShutdown()
+    }
 }
 
 /// Runs until graceful shutdown, then releases a resource (the libcurl transport).

@@ -32,6 +32,12 @@ struct ParleyMiddleware: RouterMiddleware {
             // The router found no route for this method: 405 when the path exists with others.
             let allowed = routes.methods(forPath: request.uri.path)
             response = (allowed.isEmpty ? Problem.notFound() : Problem.methodNotAllowed(allowed: allowed)).render()
+        } catch is CancellationError {
+            // The client went away or the instance is stopping: nobody is failing here.
+            context.logger.debug("request cancelled", metadata: ["http.route": .string(route(context))])
+            var problem = Problem(.serviceUnavailable, .upstreamUnavailable, "the request was cancelled (the instance is stopping)")
+            problem.headers[.retryAfter] = "1"
+            response = problem.render()
         } catch {
             let problem = Problem.from(error)
             if problem.status.code >= 500 {

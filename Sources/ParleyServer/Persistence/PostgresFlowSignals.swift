@@ -19,6 +19,8 @@ public final class PostgresFlowSignals: FlowSignals, Service {
     private let store: PostgresStore
     private let listener: NotificationListener
     private let waiters = Mutex<(next: Int, all: [Int: Waiter])>((0, [:]))
+    /// Set when graceful shutdown starts: waiting long-polls answer with what they have.
+    private let draining = Atomic<Bool>(false)
 
     public init(store: PostgresStore, listener: NotificationListener) {
         self.store = store
@@ -37,11 +39,18 @@ public final class PostgresFlowSignals: FlowSignals, Service {
             default: break
             }
         }
+        drain()
+    }
+
+    public func drain() {
+        draining.store(true, ordering: .sequentiallyConsistent)
         wake { _ in true }
     }
 
-    /// Returns when `flowID` is notified, after `timeout`, or on cancellation.
-    public func wait(for flowUUID: UUID, timeout: Duration) async {
+    /// Returns when `flowID` is notified, after `timeout`, or on cancellation; false once
+    /// graceful shutdown has started.
+    public func wait(for flowUUID: UUID, timeout: Duration) async -> Bool {
+        guard !draining.load(ordering: .sequentiallyConsistent) else { return false }
         let flowID = flowUUID.uuidString.lowercased()
         let id = waiters.withLock { state -> Int in
             state.next += 1
@@ -52,7 +61,7 @@ public final class PostgresFlowSignals: FlowSignals, Service {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { continuation in
                         let cancelled = self.waiters.withLock { state -> Bool in
-                            if Task.isCancelled { return true }
+                            if Task.isCancelled || self.draining.load(ordering: .sequentiallyConsistent) { return true }
                             state.all[id] = Waiter(flowID: flowID, continuation: continuation)
                             return false
                         }
@@ -66,6 +75,7 @@ public final class PostgresFlowSignals: FlowSignals, Service {
             await group.next()
             group.cancelAll()
         }
+        return !draining.load(ordering: .sequentiallyConsistent)
     }
 
     private func wake(_ matches: (String) -> Bool) {

@@ -70,8 +70,11 @@ public protocol AuditRepository: Sendable {
 /// Wakes long-polls when a flow leaves `pending`, on whichever instance that happened.
 public protocol FlowSignals: Sendable {
     func announce(flowID: UUID) async throws
-    /// Returns when `flowID` is announced, after `timeout`, or on cancellation.
-    func wait(for flowID: UUID, timeout: Duration) async
+    /// Returns when `flowID` is announced, after `timeout`, or on cancellation; false
+    /// when the instance is shutting down and long-polls should answer now.
+    func wait(for flowID: UUID, timeout: Duration) async -> Bool
+    /// The instance is stopping: every waiting long-poll answers now, and new ones do not wait.
+    func drain()
 }
 
 /// Whether this instance can serve: the database is reachable and migrated.

@@ -126,9 +126,11 @@ struct FlowService: Sendable {
                 let left = deadline - ContinuousClock.now
                 guard left > .zero else { break }
                 let untilExpiry = max(0, min(Self.lifetime, flow.expiresAt.timeIntervalSince(clock.now)))
-                await signals.wait(for: flow.id, timeout: min(left, .milliseconds(Int64(untilExpiry * 1000) + 10)))
+                let goOn = await signals.wait(for: flow.id, timeout: min(left, .milliseconds(Int64(untilExpiry * 1000) + 10)))
                 try Task.checkCancellation()
                 flow = try await current(uuid) ?? flow
+                // Shutting down: answer with the state as it is; the client polls again elsewhere.
+                guard goOn else { break }
             }
         }
         return view(flow)
