@@ -20,6 +20,8 @@
 #   BENCH_WARMUP (3s)                                                 before every run
 #   BENCH_DOWNLOAD_MIB (1024)                                         the memory run
 #   BENCH_SKIP_BUILD=1                                                use the existing release binaries
+#   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
+#                                                                     the top frames are printed at the end
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -160,7 +162,9 @@ http {
     }
     server {
         listen 127.0.0.1:$nginx_port;
+        client_max_body_size 0;
         location / {
+            proxy_request_buffering off;
             proxy_pass http://simulator;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -179,6 +183,14 @@ cat >"$tmp/destinations.yaml" <<YAML
 destinations:
   - name: bench
     url: http://127.0.0.1:$sim_port
+  - name: bench-cc
+    url: http://127.0.0.1:$sim_port
+    oauth2:
+      grant: client_credentials
+      tokenEndpoint: http://127.0.0.1:$sim_port/oauth/token
+      clientId: parley-confidential
+      clientSecret: s3cret
+      scopes: [read]
 YAML
 keys="k1:$(openssl rand -base64 32)"
 parley_pid=""
@@ -187,7 +199,7 @@ start_parley() {
   local log="$1" t0
   t0="$(now_ns)"
   PARLEY_DATABASE_URL="$database_url" PARLEY_ENCRYPTION_KEYS="$keys" PARLEY_DESTINATIONS="$tmp/destinations.yaml" \
-    PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" \
+    PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" PARLEY_RATE_LIMIT_PROXY="${PARLEY_RATE_LIMIT_PROXY:-off}" \
     "$bin/parley" serve >"$log" 2>&1 &
   parley_pid=$!
   pids+=("$parley_pid")
@@ -221,6 +233,16 @@ unset registration
 [ -n "$token" ] || die "empty clientToken"
 code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench")"
 [ "$code" = "200" ] || die "GET /v1/proxy/echo/bench through Parley answered $code"
+# With tokens injected: a client-credentials destination on the same upstream. One call to
+# the simulator's protected API makes Parley obtain the token; afterwards every proxied
+# request carries it (from the per-instance token cache).
+token_cc="$(curl -s -f -XPOST "http://127.0.0.1:$parley_port/v1/registrations" -d '{"destination":"bench-cc"}' \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientToken"])')" || die "POST /v1/registrations (bench-cc) failed"
+code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token_cc" "http://127.0.0.1:$parley_port/v1/proxy/oauth-api/data")"
+[ "$code" = "200" ] || die "GET /v1/proxy/oauth-api/data through Parley (client credentials) answered $code"
+echo_auth="$(curl -s -H "Authorization: Bearer $token_cc" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["headers"].get("authorization", [""])[0][:7])')"
+[ "$echo_auth" = "Bearer " ] || die "the proxied request on bench-cc carried no bearer token"
 
 # ---------------------------------------------------------------- load
 # CPU seconds (user+system) used so far by a set of processes.
@@ -278,8 +300,20 @@ run_wrk() {
   children_ticks >"$tmp/ticks"; c_wrk="$(cat "$tmp/ticks")"
   c_parley="$(cpu_ticks "$parley_pid")"; c_sim="$(cpu_ticks "$sim_pid")"
   c_nginx="$(cpu_ticks $(nginx_pids))"; c_pg="$(cpu_ticks $(pg_pids))"
+  local perf_pid=""
+  if [ "$name" = parley ] && [ "${BENCH_PROFILE:-}" = "1" ]; then
+    # Samples Parley's threads (call graphs) for the length of the proxied run.
+    perf record -F 999 -g -p "$parley_pid" -o "$tmp/perf.data" -- sleep "${w_duration%s}" >"$tmp/perf-record.log" 2>&1 &
+    perf_pid=$!
+  fi
+  # Upstream connections open to the simulator halfway through the run, by process.
+  ( sleep "$(awk -v d="${w_duration%s}" 'BEGIN { print d / 2 }')"
+    ss -Htnp state established "( dport = :$sim_port )" 2>/dev/null >"$tmp/conns-$name.txt" || true ) &
+  local ss_pid=$!
   wrk -t"$w_threads" -c"$w_connections" -d"$w_duration" --latency "${args[@]}" "$url" >"$out" 2>&1 \
     || { cat "$out" >&2; die "wrk against $name"; }
+  wait "$ss_pid" || true
+  if [ -n "$perf_pid" ]; then wait "$perf_pid" || true; fi
   printf -v "cpu_parley_$name" '%s' "$(( $(cpu_ticks "$parley_pid") - c_parley ))"
   printf -v "cpu_sim_$name" '%s' "$(( $(cpu_ticks "$sim_pid") - c_sim ))"
   printf -v "cpu_nginx_$name" '%s' "$(( $(cpu_ticks $(nginx_pids)) - c_nginx ))"
@@ -329,6 +363,7 @@ w_threads="$threads" w_connections="$connections" w_duration="$duration"
 run_wrk direct "http://127.0.0.1:$sim_port/echo/bench"
 run_wrk nginx "http://127.0.0.1:$nginx_port/echo/bench"
 run_wrk parley "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
+run_wrk parleycc "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
 # Breakdown of Parley's own cost: the HTTP stack and middleware alone (/healthz: no
 # database, no upstream), then with the client-token lookup (/v1/registrations/me:
 # one query, no upstream). The proxied GET adds the cookie-jar read and the upstream call.
@@ -341,6 +376,7 @@ w_threads=1 w_connections=1 w_duration="$latency_duration"
 run_wrk direct1 "http://127.0.0.1:$sim_port/echo/bench"
 run_wrk nginx1 "http://127.0.0.1:$nginx_port/echo/bench"
 run_wrk parley1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
+run_wrk parleycc1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
 run_wrk healthz1 "http://127.0.0.1:$parley_port/healthz"
 run_wrk me1 "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: Bearer $token"
 
@@ -370,7 +406,52 @@ read -r dl_code dl_bytes dl_seconds dl_speed <"$tmp/download.txt"
 [ "$dl_bytes" = "$(( download_mib << 20 ))" ] || die "the proxied download delivered $dl_bytes bytes, expected $(( download_mib << 20 ))"
 sleep 1
 rss_after_kib="$(rss_kib "$parley_pid")"
-unset token
+
+# The same download through nginx, for the throughput ratio.
+read -r ngdl_code ngdl_bytes ngdl_seconds ngdl_speed < <(curl -s -o /dev/null \
+  -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n' "http://127.0.0.1:$nginx_port/files/big?mb=$download_mib")
+[ "$ngdl_code" = "200" ] || die "the download through nginx answered $ngdl_code"
+
+# ---------------------------------------------------------------- memory during a big upload
+# PUT of a ${download_mib} MiB file to the simulator's echo (which hashes the body), through
+# Parley (which spools it before the first attempt) and through nginx (request buffering off).
+say "bench: ${download_mib} MiB proxied upload" >&2
+upload_file="$tmp/upload.bin"
+head -c "$(( download_mib << 20 ))" /dev/zero >"$upload_file"
+ul_rss_before_kib="$(rss_kib "$parley_pid")"
+ul_rss_peak_kib="$ul_rss_before_kib"
+curl -s -o "$tmp/upload-answer.json" -w '%{http_code} %{size_upload} %{time_total} %{speed_upload}\n' -T "$upload_file" \
+  -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" >"$tmp/upload.txt" &
+curl_pid=$!
+pids+=("$curl_pid")
+while kill -0 "$curl_pid" 2>/dev/null; do
+  r="$(rss_kib "$parley_pid")"
+  [ "$r" -gt "$ul_rss_peak_kib" ] && ul_rss_peak_kib="$r"
+  sleep 0.1
+done
+r="$(rss_kib "$parley_pid")"
+[ "$r" -gt "$ul_rss_peak_kib" ] && ul_rss_peak_kib="$r"
+wait "$curl_pid" || die "the proxied upload failed (curl exit $?)"
+forget "$curl_pid"
+read -r ul_code ul_bytes ul_seconds ul_speed <"$tmp/upload.txt"
+[ "$ul_code" = "200" ] || die "the proxied upload answered $ul_code"
+ul_seen="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bodyBytes"])' "$tmp/upload-answer.json")"
+[ "$ul_seen" = "$(( download_mib << 20 ))" ] || die "the upstream received $ul_seen bytes of the proxied upload"
+read -r ngul_code ngul_bytes ngul_seconds ngul_speed < <(curl -s -o /dev/null \
+  -w '%{http_code} %{size_upload} %{time_total} %{speed_upload}\n' -T "$upload_file" "http://127.0.0.1:$nginx_port/echo/upload")
+[ "$ngul_code" = "200" ] || die "the upload through nginx answered $ngul_code"
+rm -f "$upload_file"
+unset token token_cc
+
+# ---------------------------------------------------------------- scale, refresh storm, revocation propagation
+# Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
+extra_env=(BIN="$bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
+  PSQL="$pg_bin/psql -X -A -t -h 127.0.0.1 -p $pg_port -U parley -d postgres")
+for extra in propagation.py refresh_storm.py scale.sh; do
+  say "bench: scripts/bench/$extra" >&2
+  env "${extra_env[@]}" "scripts/bench/$extra" >"$tmp/extra-$extra.txt" 2>"$tmp/extra-$extra.log" \
+    || { cat "$tmp/extra-$extra.txt" "$tmp/extra-$extra.log" >&2; die "scripts/bench/$extra"; }
+done
 
 # ---------------------------------------------------------------- report
 header_row() { printf '%-34s %11s %8s %8s %8s %9s %8s\n' "path" "requests/s" "p50 ms" "p90 ms" "p99 ms" "requests" "other %"; }
@@ -393,6 +474,18 @@ add_p50_parley="$(diff_ms "$p50_parley" "$p50_direct")"
 add_p50_nginx="$(diff_ms "$p50_nginx" "$p50_direct")"
 growth_kib=$(( rss_peak_kib - rss_before_kib ))
 dl_mibps="$(awk -v s="$dl_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ngdl_mibps="$(awk -v s="$ngdl_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ul_mibps="$(awk -v s="$ul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ngul_mibps="$(awk -v s="$ngul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ul_growth_kib=$(( ul_rss_peak_kib - ul_rss_before_kib ))
+conns() { [ -s "$tmp/conns-$1.txt" ] && grep -c "\"$2" "$tmp/conns-$1.txt" || echo 0; }
+conns_nginx="$(conns nginx nginx)"; conns_parley="$(conns parley parley)"; conns_parleycc="$(conns parleycc parley)"
+cpu_us() { per_req_us "$(eval echo "\$cpu_$1_$2")" "$(eval echo "\$req_$2")"; }
+add_p50_parley1="$(diff_ms "$p50_parley1" "$p50_direct1")"
+add_p50_parleycc1="$(diff_ms "$p50_parleycc1" "$p50_direct1")"
+add_p99_parleycc="$(diff_ms "$p99_parleycc" "$p99_direct")"
+tp_parleycc_nginx="$(ratio "$rps_parleycc" "$rps_nginx")"
+within10() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 && a <= b * 1.1 && a >= b * 0.9) }'; }
 
 say ""
 say "================ Parley benchmark ================"
@@ -412,7 +505,8 @@ header_row
 row "simulator direct" direct
 row "nginx proxy_pass -> simulator" nginx
 row "Parley /v1/proxy -> simulator" parley
-for n in direct nginx parley; do
+row "Parley, client-credentials token" parleycc
+for n in direct nginx parley parleycc; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
@@ -425,6 +519,7 @@ header_row
 row "simulator direct" direct1
 row "nginx proxy_pass -> simulator" nginx1
 row "Parley /v1/proxy -> simulator" parley1
+row "Parley, client-credentials token" parleycc1
 row "Parley GET /healthz (no DB)" healthz1
 row "Parley GET /v1/registrations/me" me1
 say "added p50 at 1 connection: parley - direct = $(diff_ms "$p50_parley1" "$p50_direct1") ms, nginx - direct = $(diff_ms "$p50_nginx1" "$p50_direct1") ms"
@@ -434,7 +529,7 @@ say ""
 say "Parley breakdown (same wrk settings as the load runs; no upstream involved):"
 row "Parley GET /healthz (no DB)" healthz
 row "Parley GET /v1/registrations/me" me
-for n in healthz me direct1 nginx1 parley1 healthz1 me1; do
+for n in healthz me direct1 nginx1 parley1 parleycc1 healthz1 me1; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
@@ -449,7 +544,7 @@ say " $connections / $rps_parley = $(awk -v c="$connections" -v r="$rps_parley" 
 say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
 printf '%-22s %10s %10s %10s %12s %10s\n' "run" "parley us" "sim us" "nginx us" "postgres us" "wrk us"
-for n in direct nginx parley healthz me; do
+for n in direct nginx parley parleycc healthz me; do
   r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; cg="cpu_pg_$n"; cw="cpu_wrk_$n"
   printf '%-22s %10s %10s %10s %12s %10s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
     "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
@@ -457,18 +552,48 @@ done
 say "(clock ticks of $((1000 / hz)) ms, so small figures are coarse)"
 say "PostgreSQL transactions per proxied GET: $(ratio "$xact_parley" "$req_parley") ($xact_parley for $req_parley requests, warm-up excluded)"
 say ""
+say "-- upstream connections open to the simulator halfway through each load run (ss) --"
+say "nginx: $conns_nginx (keepalive 64); Parley: $conns_parley (libcurl, at most 32 per host); Parley with tokens: $conns_parleycc"
+say ""
 say "-- resident memory and start-up --"
 say "first start, empty database (runs migrations): $first_start_ms ms to /readyz 200"
 say "cold start to ready (schema current):          $cold_start_ms ms"
 say "idle RSS after start:                          $(mib "$idle_rss_kib") MiB"
 say "${download_mib} MiB proxied download: HTTP $dl_code, $dl_bytes bytes in ${dl_seconds}s = $dl_mibps MiB/s"
 say "  RSS before $(mib "$rss_before_kib") MiB, peak $(mib "$rss_peak_kib") MiB ($samples samples at 100 ms), growth $(mib "$growth_kib") MiB, after $(mib "$rss_after_kib") MiB"
+say "  the same download through nginx: $ngdl_mibps MiB/s"
+say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s = $ul_mibps MiB/s; through nginx $ngul_mibps MiB/s"
+say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
+say "  (Parley spools the whole body to disk before the first upstream attempt, so it can replay it after a challenge)"
 say ""
-say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
+for extra in propagation.py refresh_storm.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
+say ""
+say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5, aim 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
 say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct)"
-say "RESULT added p99 parley - direct = $add_p99_parley ms under load (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms"
-say "RESULT added latency at 1 connection parley - direct: p50 $(diff_ms "$p50_parley1" "$p50_direct1") ms, p99 $add_p99_parley1 ms (direct p99 $p99_direct1 ms; indicative only)"
-say "RESULT p50 ms direct/nginx/parley = $p50_direct / $p50_nginx / $p50_parley; p99 ms = $p99_direct / $p99_nginx / $p99_parley"
-say "RESULT rss growth during ${download_mib} MiB download = $(mib "$growth_kib") MiB (target < 64 MiB: $(verdict "$(( growth_kib < 65536 ))"))"
-say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target < 64 MiB: $(verdict "$(( idle_rss_kib < 65536 ))"))"
-say "RESULT cold start to ready = $cold_start_ms ms (target < 1000 ms: $(verdict "$(( cold_start_ms < 1000 ))")); first start with migrations = $first_start_ms ms"
+say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms"
+say "RESULT CPU per proxied request: Parley $(cpu_us parley parley) us (target <= 100 us: $(verdict "$(awk -v c="$(cpu_us parley parley)" 'BEGIN{print (c <= 100)}')")); nginx $(cpu_us nginx nginx) us"
+say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.25 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.25)}')")); p99 $add_p99_parley1 ms"
+say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
+say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
+say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
+for extra in propagation.py refresh_storm.py scale.sh; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
+say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
+say "RESULT cold start to ready = $cold_start_ms ms (target <= 300 ms: $(verdict "$(( cold_start_ms <= 300 ))")); first start with migrations = $first_start_ms ms"
+if [ "${BENCH_PROFILE:-}" = "1" ] && [ -s "$tmp/perf.data" ]; then
+  set +o pipefail
+  say ""
+  say "-- perf: Parley's top frames during the proxied run (self time, % of samples) --"
+  perf report -i "$tmp/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | head -30 | swift demangle --simplified | cut -c1-160
+  say ""
+  say "-- perf: Parley's own frames with what they call (children, % of samples) --"
+  perf report -i "$tmp/perf.data" --children --sort symbol --stdio -g none 2>/dev/null \
+    | grep -E '^ +[0-9.]+%' | swift demangle --simplified \
+    | grep -E 'ParleyServer|Conversation|CurlTransport|AuthFlows|ProxyController|Metrics|Middleware|Authenticator|Cookie|Logger' \
+    | head -40 | cut -c1-200
+  say ""
+  say "-- perf: by shared object --"
+  perf report -i "$tmp/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -12
+  [ -n "${BENCH_PROFILE_OUT:-}" ] && cp "$tmp/perf.data" "$BENCH_PROFILE_OUT"
+  set -o pipefail
+fi
