@@ -54,6 +54,8 @@ struct Serve: AsyncParsableCommand {
         let logger = makeLogger(environment)
         try await runReportingConfiguration(logger: logger) {
             let configuration = try ParleyConfiguration.fromEnvironment(environment)
+            // Before anything opens a span; nil when traces are off (the no-op tracer stays).
+            let traces = try Traces.bootstrap(environment)
             let store = PostgresStore(
                 configuration: StoreConfiguration(connectionString: configuration.databaseURL, maxConnections: configuration.databasePoolSize),
                 logger: logger)
@@ -80,7 +82,9 @@ struct Serve: AsyncParsableCommand {
                             "destinations": "\(configuration.destinations.count)",
                         ])
                 })
-            var group = ServiceGroupConfiguration(services: [.init(service: app)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            // The exporter starts first and stops last, after the server's final spans.
+            let services = (traces.map { [ServiceGroupConfiguration.ServiceConfiguration(service: $0)] } ?? []) + [.init(service: app)]
+            var group = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
             try await ServiceGroup(configuration: group).run()
         }

@@ -144,6 +144,8 @@ func compose(
             metadata: ["destination": .string(destination.name)])
     }
     let router = Router(context: ParleyRequestContext.self)
+    // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
+    if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
