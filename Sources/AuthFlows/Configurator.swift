@@ -102,7 +102,7 @@ public struct DestinationConfigurator: Sendable {
         guard audience == .api else {
             return ConversationManager(
                 transport: transport, session: session, requestFilters: [], challengeFilters: challengeFilters, responseFilters: [],
-                observers: observers, logger: logger)
+                observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)
         }
         if destination.basic?.form == true { challengeFilters.append(BasicFormChallengeFilter()) }
         // CSRF before OAuth2: the CSRF fetch runs on a copy without the filters already
@@ -124,7 +124,7 @@ public struct DestinationConfigurator: Sendable {
         logger[metadataKey: "destination"] = .string(destination.name)
         return ConversationManager(
             transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
-            responseFilters: responseFilters, observers: observers, logger: logger)
+            responseFilters: responseFilters, observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)
     }
 
     /// The registration's certificate wins over the destination's. libcurl presents it

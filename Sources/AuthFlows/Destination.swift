@@ -25,6 +25,8 @@ public struct Destination: Sendable {
     public let oauth2: OAuth2Settings?
     /// Who may register.
     public let registrationPolicy: RegistrationPolicy
+    /// Whether upstream requests carry W3C trace context (`traceparent`, `tracestate`) when traces are on.
+    public let propagateTraceContext: Bool
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
@@ -73,6 +75,7 @@ public struct Destination: Sendable {
         saml2 = spec.saml2.map(SAML2Settings.init(spec:))
         otp = spec.otp.map(OTPSettings.init(spec:))
         self.oauth2 = oauth2
+        propagateTraceContext = spec.propagateTraceContext ?? false
     }
 }
 
@@ -145,6 +148,8 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var otp: OTP?
     public var oauth2: OAuth2?
     public var registration: Registration?
+    /// Send `traceparent`/`tracestate` to this upstream (default false: trace ids stay inside).
+    public var propagateTraceContext: Bool?
 
     public struct Registration: Sendable, Decodable, Equatable {
         public var policy: String?

@@ -1,5 +1,6 @@
 import ParleyEncoding
 public import Logging
+import Tracing
 
 /// Why a conversation ended without a response. `description` is safe to log.
 public struct ConversationError: Error, Sendable, CustomStringConvertible {
@@ -37,6 +38,9 @@ public struct ConversationManager: Sendable {
     public let observers: [any ConversationObserver]
     public let maxRestarts: Int
     public let logger: Logger
+    /// Whether exchanges carry W3C trace context (`traceparent`) upstream: the destination's
+    /// `propagateTraceContext`. Without a recording span (traces off) nothing is added.
+    public let propagateTraceContext: Bool
 
     public init(
         transport: any Transport,
@@ -46,7 +50,8 @@ public struct ConversationManager: Sendable {
         responseFilters: [any ResponseFilter] = [],
         observers: [any ConversationObserver] = [],
         maxRestarts: Int = 4,
-        logger: Logger = Logger(label: "parley.conversation")
+        logger: Logger = Logger(label: "parley.conversation"),
+        propagateTraceContext: Bool = false
     ) {
         self.transport = transport
         self.session = session
@@ -56,6 +61,7 @@ public struct ConversationManager: Sendable {
         self.observers = observers
         self.maxRestarts = maxRestarts
         self.logger = logger
+        self.propagateTraceContext = propagateTraceContext
     }
 
     /// A copy without the first `count` request filters (the seed's side-request manager).
@@ -63,7 +69,7 @@ public struct ConversationManager: Sendable {
         ConversationManager(
             transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
             challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
-            maxRestarts: maxRestarts, logger: logger)
+            maxRestarts: maxRestarts, logger: logger, propagateTraceContext: propagateTraceContext)
     }
 
     /// Runs one conversation to its final response. The returned body has not
@@ -93,7 +99,23 @@ public struct ConversationManager: Sendable {
             }
             if let credential { outgoing.headers.set("Authorization", credential.headerValue) }
 
-            let response = try await exchange(outgoing, conversation: conversation, attempt: attempt)
+            // One span per exchange, open until this attempt's fate is known (a restart is its event).
+            let span = ExchangeTrace.start(outgoing, attempt: attempt)
+            defer { span.end() }
+            let response: UpstreamResponse
+            do {
+                if span.isRecording {
+                    response = try await ServiceContext.$current.withValue(span.context) {
+                        try await exchange(outgoing, conversation: conversation, attempt: attempt, span: span)
+                    }
+                } else {
+                    response = try await exchange(outgoing, conversation: conversation, attempt: attempt, span: span)
+                }
+            } catch {
+                span.recordError(error)
+                span.setStatus(SpanStatus(code: .error))
+                throw error
+            }
             var final = response
 
             if response.status == 401, let space = ProtectionSpace(response: response, url: outgoing.url) {
@@ -105,7 +127,7 @@ public struct ConversationManager: Sendable {
                     conversation.recordAttempt(for: space)
                     credential = newCredential
                     response.body.discard()
-                    try restart(conversation, attempt: &attempt, reason: "challenge \(space.method.rawValue)", logger: logger)
+                    try restart(conversation, attempt: &attempt, reason: "challenge \(space.method.rawValue)", logger: logger, span: span)
                     continue
                 case .fail(let error):
                     response.body.discard()
@@ -136,7 +158,7 @@ public struct ConversationManager: Sendable {
             }
             if let restartReason {
                 final.body.discard()
-                try restart(conversation, attempt: &attempt, reason: restartReason, logger: logger)
+                try restart(conversation, attempt: &attempt, reason: restartReason, logger: logger, span: span)
                 continue
             }
             finish(conversation, status: final.status)
@@ -145,10 +167,11 @@ public struct ConversationManager: Sendable {
     }
 
     /// One exchange on the wire, with the session's cookies.
-    private func exchange(_ request: UpstreamRequest, conversation: Conversation, attempt: Int) async throws
+    private func exchange(_ request: UpstreamRequest, conversation: Conversation, attempt: Int, span: any Span) async throws
         -> UpstreamResponse
     {
         var request = request
+        if propagateTraceContext { ExchangeTrace.inject(span, into: &request.headers) }
         if let jar = session.cookieJar {
             if let cookie = try await jar.cookieHeader(for: request.url) {
                 request.headers.set("Cookie", cookie)
@@ -160,6 +183,7 @@ public struct ConversationManager: Sendable {
             observer.observe(.sending(method: request.method, url: request.url, attempt: attempt), conversation: conversation)
         }
         let response = try await transport.send(request)
+        ExchangeTrace.received(response.status, on: span)
         for observer in observers { observer.observe(.received(status: response.status, url: request.url), conversation: conversation) }
         if let jar = session.cookieJar {
             let setCookies = response.headers.values("Set-Cookie")
@@ -177,8 +201,9 @@ public struct ConversationManager: Sendable {
         return .notHandled
     }
 
-    private func restart(_ conversation: Conversation, attempt: inout Int, reason: String, logger: Logger) throws {
+    private func restart(_ conversation: Conversation, attempt: inout Int, reason: String, logger: Logger, span: any Span) throws {
         let count = conversation.recordRestart()
+        ExchangeTrace.restarting(reason, count: count, on: span)
         attempt += 1
         for observer in observers { observer.observe(.restarting(reason: reason), conversation: conversation) }
         logger.debug("conversation restarts", metadata: ["restart.reason": .string(reason), "restart.count": "\(count)"])
