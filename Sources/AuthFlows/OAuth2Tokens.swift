@@ -2,6 +2,7 @@ import ParleyEncoding
 public import Conversation
 public import Foundation
 import ParleyCrypto
+import Tracing
 
 /// Which token: the destination, the owning registration (nil for client-credentials
 /// tokens, which the destination's registrations share) and the scope key.
@@ -100,6 +101,22 @@ public struct TokenEndpointClient: Sendable {
     }
 
     public func request(_ parameters: [(String, String)], previousRefreshToken: String? = nil) async -> TokenEndpointOutcome {
+        // A span per call: grant type and outcome only, never a parameter's value but the grant's name.
+        let span = startSpan("oauth2 token request", ofKind: .client)
+        defer { span.end() }
+        let outcome = await exchange(parameters, previousRefreshToken: previousRefreshToken)
+        if span.isRecording {
+            span.updateAttributes { attributes in
+                attributes["oauth2.grant_type"] = parameters.first { $0.0 == "grant_type" }?.1 ?? "unknown"
+                attributes["oauth2.outcome"] = outcome.traceName
+                attributes["server.address"] = URLParts(settings.tokenEndpoint)?.host
+            }
+            if case .token = outcome {} else { span.setStatus(SpanStatus(code: .error)) }
+        }
+        return outcome
+    }
+
+    private func exchange(_ parameters: [(String, String)], previousRefreshToken: String?) async -> TokenEndpointOutcome {
         let response: UpstreamResponse
         do {
             response = try await transport.send(formRequest(settings.tokenEndpoint, parameters))
@@ -154,4 +171,17 @@ public struct TokenEndpointClient: Sendable {
 public enum PKCE {
     public static func verifier() -> String { SecureRandom.token(byteCount: 32) }
     public static func challenge(for verifier: String) -> String { Base64URL.encode(SHA256.hash(Array(verifier.utf8))) }
+}
+
+extension TokenEndpointOutcome {
+    /// The outcome's kind for a span attribute (no token, no error text from the server).
+    var traceName: String {
+        switch self {
+        case .token: "token"
+        case .invalidGrant: "invalid_grant"
+        case .refused: "refused"
+        case .malformed: "malformed"
+        case .transient: "transient"
+        }
+    }
 }

@@ -76,6 +76,13 @@ public final class PostgresStore: Sendable, Service {
         isolation: isolated (any Actor)? = #isolation,
         _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
+        try await StoreTrace.run(nil) { try await transaction(body) }
+    }
+
+    private func transaction<T>(
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
         try await withConnection { connection in
             try await connection.execute("BEGIN")
             let result: T
@@ -98,13 +105,13 @@ public final class PostgresStore: Sendable, Service {
 
     /// Runs one statement on a pooled connection and returns its rows.
     public func query(_ sql: SQL) async throws -> [Row] {
-        try await withConnection { try await $0.query(sql) }
+        try await StoreTrace.run(sql) { try await withConnection { try await $0.query(sql) } }
     }
 
     /// Runs one statement on a pooled connection and returns the number of rows it affected.
     @discardableResult
     public func execute(_ sql: SQL) async throws -> Int {
-        try await withConnection { try await $0.execute(sql) }
+        try await StoreTrace.run(sql) { try await withConnection { try await $0.execute(sql) } }
     }
 
     /// `pg_notify(channel, payload)`, both bound as parameters. Delivered when the surrounding

@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import Logging
 import ParleyCrypto
+import Tracing
 
 /// Something that waits on flows of one purpose and acts when one completes
 /// (an SMP registration that needed a login registers upstream then).
@@ -32,6 +33,9 @@ struct FlowService: Sendable {
         for registration: RegistrationRecord, kind: FlowKind, purpose: FlowPurpose = .login, scopeKey: String?,
         challengeURL: String? = nil
     ) async throws -> (FlowRecord, String) {
+        let span = startSpan("flow create")
+        defer { span.end() }
+        if span.isRecording { span.updateAttributes { $0["parley.flow.kind"] = kind.rawValue; $0["parley.flow.purpose"] = purpose.rawValue } }
         let id = UUID()
         let secret = SecureRandom.token(byteCount: 32)
         let now = clock.now
@@ -138,6 +142,9 @@ struct FlowService: Sendable {
 
     /// A flow reached its end: wake waiters, audit, and finish what waited on it.
     func finish(_ flow: FlowRecord, status: FlowStatus, error: String?, logger: Logger) async throws {
+        let span = startSpan("flow finish")
+        defer { span.end() }
+        if span.isRecording { span.updateAttributes { $0["parley.flow.kind"] = flow.kind.rawValue; $0["parley.flow.status"] = status.rawValue } }
         guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
         await audit.record(
             "flow.\(status.rawValue)", actor: .system, registrationID: flow.registrationID,
