@@ -10,39 +10,76 @@ public struct URLParts: Sendable, Equatable {
     public let query: String?
 
     public init?(_ url: String) {
-        guard let schemeEnd = url.range(of: "://") else { return nil }
-        let scheme = url[..<schemeEnd.lowerBound].lowercased()
+        // On UTF-8 bytes, without Foundation: this runs several times per proxied request.
+        let bytes = url.utf8
+        guard let schemeEnd = Self.find(bytes, "://") else { return nil }
+        let scheme = Self.asciiLowercased(bytes[bytes.startIndex..<schemeEnd])
         guard scheme == "http" || scheme == "https" else { return nil }
-        var rest = url[schemeEnd.upperBound...]
-        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
-        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+        var rest = bytes[bytes.index(schemeEnd, offsetBy: 3)...]
+        if let hash = rest.firstIndex(of: UInt8(ascii: "#")) { rest = rest[..<hash] }
+        let authorityEnd = rest.firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") } ?? rest.endIndex
         let authority = rest[..<authorityEnd]
-        guard !authority.isEmpty, !authority.contains("@"), !authority.contains("\\") else { return nil }
-        var host = Substring(authority)
+        guard !authority.isEmpty, !authority.contains(UInt8(ascii: "@")), !authority.contains(UInt8(ascii: "\\")) else { return nil }
+        var host = authority
         var port: Int?
-        if host.hasPrefix("[") {
-            guard let close = host.firstIndex(of: "]") else { return nil }
+        if host.first == UInt8(ascii: "[") {
+            guard let close = host.firstIndex(of: UInt8(ascii: "]")) else { return nil }
             let after = host[host.index(after: close)...]
-            if after.hasPrefix(":") {
-                guard let p = Int(after.dropFirst()), (1...65535).contains(p) else { return nil }
+            if after.first == UInt8(ascii: ":") {
+                guard let p = Self.port(after.dropFirst()) else { return nil }
                 port = p
             } else if !after.isEmpty {
                 return nil
             }
             host = host[...close]
-        } else if let colon = host.lastIndex(of: ":") {
-            guard let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p) else { return nil }
+        } else if let colon = host.lastIndex(of: UInt8(ascii: ":")) {
+            guard let p = Self.port(host[host.index(after: colon)...]) else { return nil }
             port = p
             host = host[..<colon]
         }
         guard !host.isEmpty else { return nil }
         let tail = rest[authorityEnd...]
-        let queryStart = tail.firstIndex(of: "?")
+        let queryStart = tail.firstIndex(of: UInt8(ascii: "?"))
         self.scheme = scheme
-        self.host = host.lowercased()
+        self.host = Self.asciiLowercased(host)
         self.port = port
-        self.path = String(tail[..<(queryStart ?? tail.endIndex)])
-        self.query = queryStart.map { String(tail[tail.index(after: $0)...]) }
+        self.path = String(Substring(tail[..<(queryStart ?? tail.endIndex)])) 
+        self.query = queryStart.map { String(Substring(tail[tail.index(after: $0)...])) }
+    }
+
+    /// The first place `needle` (ASCII) starts in `bytes`.
+    private static func find(_ bytes: String.UTF8View, _ needle: StaticString) -> String.UTF8View.Index? {
+        let n = needle.utf8CodeUnitCount
+        return needle.withUTF8Buffer { pattern -> String.UTF8View.Index? in
+            var i = bytes.startIndex
+            while i != bytes.endIndex {
+                var j = i
+                var k = 0
+                while k < n, j != bytes.endIndex, bytes[j] == pattern[k] {
+                    j = bytes.index(after: j)
+                    k += 1
+                }
+                if k == n { return i }
+                i = bytes.index(after: i)
+            }
+            return nil
+        }
+    }
+
+    /// 1 to 5 decimal digits in 1...65535.
+    private static func port(_ digits: Substring.UTF8View) -> Int? {
+        guard !digits.isEmpty, digits.count <= 5 else { return nil }
+        var value = 0
+        for c in digits {
+            guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+            value = value * 10 + Int(c - UInt8(ascii: "0"))
+        }
+        return (1...65535).contains(value) ? value : nil
+    }
+
+    private static func asciiLowercased(_ bytes: Substring.UTF8View) -> String {
+        if !bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) { return String(Substring(bytes)) }
+        return String(decoding: bytes.map { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") ? $0 + 32 : $0 }, as: UTF8.self)
     }
 
     public var effectivePort: Int { port ?? (scheme == "https" ? 443 : 80) }

@@ -213,7 +213,7 @@ import Testing
 
     @Test func expiresFollowsTheCookieDateAlgorithm() {
         func expires(_ text: String) -> Date? { Self.stored("a=1; Expires=\(text)")?.expiresAt }
-        let expected = Date(timeIntervalSince1970: 1_815_000_000)  // 2027-07-07T03:20:00Z
+        let expected = Date(timeIntervalSince1970: 1_814_930_400)  // 2027-07-07T03:20:00Z
         #expect(expires("Wed, 07 Jul 2027 03:20:00 GMT") == expected)
         #expect(expires("Wednesday, 07-Jul-27 03:20:00 GMT") == expected)
         #expect(expires("Wed Jul  7 03:20:00 2027") == expected)

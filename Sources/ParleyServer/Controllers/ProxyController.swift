@@ -64,14 +64,20 @@ struct ProxyController: Sendable {
                 limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
             }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
-            return try Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
+            return try await Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
         }
     }
 
     /// The upstream's final answer for the client. A status outside 100–599 is the
     /// upstream's nonsense: `502`, and the process goes on.
+    /// Bodies up to this size are read before the answer starts, so the head and the body
+    /// leave in one write (most API answers); larger ones stream.
+    static let smallBodyBytes = 64 * 1024
+
     /// `ticket` is held until the body is written (or the response is dropped).
-    static func response(from upstream: UpstreamResponse, csrf: Bool, isHead: Bool, ticket: InFlightTicket? = nil) throws(Problem) -> Response {
+    static func response(
+        from upstream: UpstreamResponse, csrf: Bool, isHead: Bool, ticket: InFlightTicket? = nil
+    ) async throws(Problem) -> Response {
         guard (100...599).contains(upstream.status) else {
             upstream.body.discard()
             throw Problem(.badGateway, .upstreamUnavailable, "the upstream answered with an invalid status")
@@ -87,6 +93,20 @@ struct ProxyController: Sendable {
             body.discard()
             if let length, isHead { headers[.contentLength] = String(length) }
             return Response(status: status, headers: headers, body: ResponseBody())
+        }
+        if let length, length <= Self.smallBodyBytes {
+            let bytes: [UInt8]
+            do {
+                bytes = try await body.collect(upTo: length)
+            } catch {
+                body.discard()
+                throw Problem(.badGateway, .upstreamUnavailable, "the upstream's answer ended before its announced length")
+            }
+            ticket?.release()
+            guard bytes.count == length else {
+                throw Problem(.badGateway, .upstreamUnavailable, "the upstream's answer ended before its announced length")
+            }
+            return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
         }
         return Response(
             status: status, headers: headers,

@@ -129,7 +129,7 @@ struct HostedUpstream: Sendable {
             try await flows.finish(current, status: .completed, error: nil, logger: context.logger)
             return finished(current, destination: destination)
         }
-        return try browserResponse(response, requestURL: url, destination: destination, isHead: request.method == .head)
+        return try await browserResponse(response, requestURL: url, destination: destination, isHead: request.method == .head)
     }
 
     /// The flow this browser is bound to on this destination's path, with its registration.
@@ -154,14 +154,14 @@ struct HostedUpstream: Sendable {
 
     /// The upstream's answer for the browser: its headers minus `Set-Cookie` (kept in the jar)
     /// and hop-by-hop ones, an upstream-origin `Location` mapped into the web path.
-    private func browserResponse(_ upstream: UpstreamResponse, requestURL: String, destination: Destination, isHead: Bool) throws -> Response {
+    private func browserResponse(_ upstream: UpstreamResponse, requestURL: String, destination: Destination, isHead: Bool) async throws -> Response {
         var upstream = upstream
         if let location = upstream.headers["Location"], let absolute = URLParts.resolve(location, against: requestURL),
             let mapped = binding.publicLocation(forUpstream: absolute, destination: destination)
         {
             upstream.headers.set("Location", mapped)
         }
-        return try ProxyController.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
+        return try await ProxyController.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
     }
 
     /// The raw path after `prefix` and the raw query; nil when the target does not start with it.
