@@ -79,7 +79,8 @@ public struct ConversationManager: Sendable {
     {
         let conversation = Conversation(id: id, manager: self)
         var logger = self.logger
-        logger[metadataKey: "conversation.id"] = .string(id)
+        // Only debug lines use the logger below: skip the metadata copy otherwise.
+        if logger.logLevel <= .debug { logger[metadataKey: "conversation.id"] = .string(id) }
         var credential: Credential?
         var attempt = 0
         while true {

@@ -8,6 +8,18 @@ public import UnixSignals
 
 /// What an instance stands on: storage, signals, the upstream transport and the
 /// clock. `postgres(…)` is production's; ParleyTesting builds in-memory twins.
+/// A connection pool's state at one moment.
+public struct PoolStatistics: Sendable {
+    public var open: Int
+    public var idle: Int
+    public var waiting: Int
+    public init(open: Int, idle: Int, waiting: Int) {
+        self.open = open
+        self.idle = idle
+        self.waiting = waiting
+    }
+}
+
 public struct ParleyDependencies: Sendable {
     public var registrations: any RegistrationRepository
     public var flows: any FlowRepository
@@ -22,6 +34,8 @@ public struct ParleyDependencies: Sendable {
     public var clock: any WallClock
     /// Long-lived parts, in start order (they stop in reverse, after the HTTP server).
     public var services: [any Service]
+    /// The database pool's counters, for `/metrics` (nil without a database).
+    public var storeStatistics: (@Sendable () -> PoolStatistics)?
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
@@ -50,13 +64,18 @@ public struct ParleyDependencies: Sendable {
     ) -> ParleyDependencies {
         let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.databaseURL), logger: logger)
         let signals = PostgresFlowSignals(store: store, listener: listener)
-        return ParleyDependencies(
+        var dependencies = ParleyDependencies(
             registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store),
             cookies: PostgresCookies(store: store, keyRing: configuration.keyRing),
             tokens: PostgresTokens(store: store, keyRing: configuration.keyRing), audit: PostgresAudit(store: store),
             administration: PostgresAdministration(store: store, keyRing: configuration.keyRing),
             flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
+        dependencies.storeStatistics = {
+            let s = store.statistics
+            return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
+        }
+        return dependencies
     }
 }
 
@@ -91,13 +110,14 @@ func compose(
     let invalidation = CacheInvalidation(
         signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
-    let flows = FlowService(
+    var flows = FlowService(
         flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.publicURL,
         completions: [
             .smpRegistration: SMPActivation(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
                 secrets: secrets, audit: audit)
         ])
+    flows.metrics = metrics
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
         secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock)
@@ -114,6 +134,25 @@ func compose(
             publicURL: configuration.publicURL),
     ])
     let spool = Spool(directory: configuration.spoolDirectory, quotaBytes: configuration.spoolQuotaBytes)
+    // What /metrics reads at each scrape: pool, spool, cache hit ratios.
+    let statisticsSource = d.storeStatistics
+    let cookieCache = d.cookies as? any CacheStatisticsSource
+    let tokenCache = d.tokens as? any CacheStatisticsSource
+    metrics.addSampler { metrics in
+        if let pool = statisticsSource?() {
+            metrics.set(.poolConnections, [("state", "open")], Double(pool.open))
+            metrics.set(.poolConnections, [("state", "idle")], Double(pool.idle))
+            metrics.set(.poolWaiters, [], Double(pool.waiting))
+        }
+        metrics.set(.spoolBytes, [], Double(spool.usedBytes))
+        for (name, statistics) in [
+            ("client_tokens", clientTokens.recent.statistics), ("cookie_jars", cookieCache?.cacheStatistics), ("oauth2_tokens", tokenCache?.cacheStatistics),
+        ] {
+            guard let statistics else { continue }
+            metrics.set(.cacheHits, [("cache", name)], Double(statistics.hits))
+            metrics.set(.cacheLookups, [("cache", name)], Double(statistics.hits + statistics.misses))
+        }
+    }
     let swept = spool.sweep()
     if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
     let hostedUpstream = HostedUpstream(

@@ -41,6 +41,7 @@ struct ProxyController: Sendable {
         let manager = try conversations.manager(for: registration)
         let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
         let result: ConversationResult
+        let started = ContinuousClock.now
         do {
             let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
             result = try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
@@ -64,6 +65,7 @@ struct ProxyController: Sendable {
                 limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
             }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(upstream.status))])
+            metrics.observeUpstream(destination: destination.name, duration: ContinuousClock.now - started)
             return try await Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
         }
     }

@@ -16,16 +16,18 @@ public final class Metrics: Sendable {
         case registrations = "parley_registrations"
         case rateLimited = "parley_rate_limited"
         case tokenRefreshes = "parley_token_refreshes"
+        case flows = "parley_flows"
 
         var help: String {
             switch self {
             case .httpRequests: "HTTP requests answered, by route and status class."
             case .upstreamResponses: "Final upstream responses, by destination and status class."
             case .upstreamErrors: "Conversations that ended in an upstream error, by destination and kind."
-            case .conversationRestarts: "Conversation restarts (challenges, CSRF, filters)."
+            case .conversationRestarts: "Conversation restarts by reason (challenge, csrf, oauth2, … or other)."
             case .registrations: "Registration events by action."
             case .rateLimited: "Requests refused by a rate limit, by limit."
             case .tokenRefreshes: "Refresh-token grants by destination and outcome (ok, permanent: invalid_grant, transient: tokens kept)."
+            case .flows: "Flows that ended, by kind and outcome (completed, failed, expired)."
             }
         }
     }
@@ -77,8 +79,63 @@ public final class Metrics: Sendable {
         made.record(duration)
     }
 
+    /// Time from the start of a proxied conversation to the upstream's final response head
+    /// (restarts included), by destination.
+    public func observeUpstream(destination: String, duration: Duration) {
+        let key = "upstream|" + destination
+        if let cached = histograms.withLock({ $0[key] }) {
+            cached.record(duration)
+            return
+        }
+        let made = registry.makeDurationHistogram(
+            descriptor: MetricNameDescriptor(
+                metricName: "parley_upstream_duration", unitName: "seconds",
+                helpText: "Proxied conversations: time to the upstream's final response head (restarts included), by destination."),
+            labels: [("destination", destination)], buckets: Self.durationBuckets)
+        histograms.withLock { $0[key] = made }
+        made.record(duration)
+    }
+
+    /// Values read when `/metrics` is rendered (pool, spool, caches): gauges, not counters.
+    public enum GaugeName: String, Sendable {
+        case poolConnections = "parley_db_pool_connections"
+        case poolWaiters = "parley_db_pool_waiters"
+        case spoolBytes = "parley_spool_bytes"
+        case cacheHits = "parley_cache_hits"
+        case cacheLookups = "parley_cache_lookups"
+
+        var help: String {
+            switch self {
+            case .poolConnections: "Database connections of this instance, by state (open, idle)."
+            case .poolWaiters: "Requests waiting for a database connection."
+            case .spoolBytes: "Bytes held by request-body spool files (the quota is PARLEY_SPOOL_QUOTA_MIB)."
+            case .cacheHits: "Lookups answered by a per-instance cache since start, by cache."
+            case .cacheLookups: "Lookups in a per-instance cache since start, by cache (hit ratio = hits / lookups)."
+            }
+        }
+    }
+
+    private let gauges = Mutex<[String: Gauge]>([:])
+    private let samplers = Mutex<[@Sendable (Metrics) -> Void]>([])
+
+    public func set(_ gauge: GaugeName, _ labels: [(String, String)] = [], _ value: Double) {
+        let key = gauge.rawValue + "|" + labels.map(\.1).joined(separator: "|")
+        let existing = gauges.withLock { $0[key] }
+        let made = existing ?? registry.makeGauge(descriptor: MetricNameDescriptor(metricName: gauge.rawValue, helpText: gauge.help), labels: labels)
+        if existing == nil { gauges.withLock { $0[key] = made } }
+        made.set(value)
+    }
+
+    /// Runs at every `/metrics` render, before the exposition is written.
+    public func addSampler(_ sampler: @escaping @Sendable (Metrics) -> Void) {
+        samplers.withLock { $0.append(sampler) }
+    }
+
     /// The Prometheus text exposition.
-    public func render() -> [UInt8] { registry.emitToBuffer() }
+    public func render() -> [UInt8] {
+        for sampler in samplers.withLock({ $0 }) { sampler(self) }
+        return registry.emitToBuffer()
+    }
 
     static func statusClass(_ status: Int) -> String {
         switch status {

@@ -5,7 +5,7 @@ public import Store
 
 /// A registration's cookie jar in PostgreSQL: one row per cookie, values sealed
 /// and bound to (registration, domain, path, name).
-public struct PostgresCookies: CookieRepository {
+public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
     let store: PostgresStore
     let keyRing: KeyRing
     /// A registration's jar as last read here; cache signals (and local writes) drop it.
@@ -19,6 +19,8 @@ public struct PostgresCookies: CookieRepository {
     public func forget(registrationID: String) { cache.remove(registrationID) }
 
     public func setCaching(_ enabled: Bool) { cache.setEnabled(enabled) }
+
+    public var cacheStatistics: CacheStatistics { cache.statistics }
 
     public func cookies(registrationID: String) async throws -> [StoredCookie] {
         if let cached = cache.value(for: registrationID) { return cached }

@@ -7,7 +7,7 @@ public import Store
 /// scope key) identity. Exclusive sections hold a lease row on that identity
 /// (`token_leases`), not a transaction: the token-endpoint call inside a section holds
 /// no connection, and each read or write is one short statement on a pooled connection.
-public struct PostgresTokens: TokenRepository {
+public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     let store: PostgresStore
     let keyRing: KeyRing
     /// Tokens as last read here (nil: none stored), by `TokenKey.description`: the proxy
@@ -46,6 +46,8 @@ public struct PostgresTokens: TokenRepository {
     }
 
     public func setCaching(_ enabled: Bool) { cache.setEnabled(enabled) }
+
+    public var cacheStatistics: CacheStatistics { cache.statistics }
 
     public func exclusively<T: Sendable>(_ key: TokenKey, _ body: @Sendable (any TokenAccess) async throws -> T) async throws -> T {
         let owner = UUID().uuidString

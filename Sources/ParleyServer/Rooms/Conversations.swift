@@ -69,6 +69,12 @@ struct Conversations: Sendable {
 struct MetricsObserver: ConversationObserver {
     let metrics: Metrics
     func observe(_ event: ConversationEvent, conversation: Conversation) {
-        if case .restarting = event { metrics.increment(.conversationRestarts) }
+        if case .restarting(let reason) = event { metrics.increment(.conversationRestarts, [("reason", Self.category(reason))]) }
+    }
+
+    /// A bounded label: the first word of the filter's reason when it is a known one.
+    static func category(_ reason: String) -> String {
+        let word = reason.prefix { $0.isLetter || $0 == "_" || $0 == "-" }.lowercased()
+        return ["challenge", "csrf", "oauth2", "token", "saml2", "otp", "basic", "smp", "appcid", "session"].contains(word) ? word : "other"
     }
 }

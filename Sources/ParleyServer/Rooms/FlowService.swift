@@ -27,6 +27,7 @@ struct FlowService: Sendable {
     let publicURL: String
     /// What to do when a flow of a purpose completes.
     let completions: [FlowPurpose: any FlowCompletion]
+    var metrics: Metrics?
 
     /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
     func create(
@@ -79,6 +80,7 @@ struct FlowService: Sendable {
         guard var flow = try await flows.find(id: id) else { return nil }
         if flow.status == .pending && flow.expiresAt <= clock.now {
             if try await flows.finish(id: id, status: .expired, error: nil, at: clock.now) {
+                metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", FlowStatus.expired.rawValue)])
                 try await signals.announce(flowID: id)
             }
             flow = try await flows.find(id: id) ?? flow
@@ -146,6 +148,7 @@ struct FlowService: Sendable {
         defer { span.end() }
         if span.isRecording { span.updateAttributes { $0["parley.flow.kind"] = flow.kind.rawValue; $0["parley.flow.status"] = status.rawValue } }
         guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
+        metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", status.rawValue)])
         await audit.record(
             "flow.\(status.rawValue)", actor: .system, registrationID: flow.registrationID,
             detail: ["flow": flow.idString, "kind": flow.kind.rawValue])

@@ -1,5 +1,16 @@
 import Synchronization
 
+/// Hits and misses of a per-instance cache.
+public struct CacheStatistics: Sendable {
+    public var hits: Int
+    public var misses: Int
+}
+
+/// A repository that keeps a per-instance cache.
+public protocol CacheStatisticsSource: Sendable {
+    var cacheStatistics: CacheStatistics { get }
+}
+
 /// A per-instance cache kept current by cache signals (`LISTEN/NOTIFY`), not by a clock:
 /// an entry goes when a change to its registration is announced, from any instance.
 /// While the signal is lost the cache is suspended: it holds and serves nothing, so no
@@ -12,6 +23,11 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
     }
 
     private let state = Mutex(State())
+    private let hits = Atomic<Int>(0)
+    private let misses = Atomic<Int>(0)
+
+    /// Lookups answered from the cache and not, since start (for `/metrics`).
+    var statistics: CacheStatistics { CacheStatistics(hits: hits.load(ordering: .relaxed), misses: misses.load(ordering: .relaxed)) }
     private let lifetime: Duration
     private let capacity: Int
 
@@ -23,7 +39,7 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
 
     func value(for key: Key) -> Value? {
         let now = ContinuousClock.now
-        return state.withLock { state in
+        let found = state.withLock { state -> Value? in
             guard state.enabled, let entry = state.entries[key] else { return nil }
             guard entry.until > now else {
                 state.entries[key] = nil
@@ -31,6 +47,8 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
             }
             return entry.value
         }
+        if found == nil { misses.add(1, ordering: .relaxed) } else { hits.add(1, ordering: .relaxed) }
+        return found
     }
 
     func set(_ value: Value, for key: Key) {
