@@ -20,6 +20,7 @@
 #   BENCH_WARMUP (3s)                                                 before every run
 #   BENCH_DOWNLOAD_MIB (1024)                                         the memory run
 #   BENCH_SKIP_BUILD=1                                                use the existing release binaries
+#   BENCH_INTERNALS=0                                                 skip the package-benchmark table (Benchmarks/)
 #   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
 #                                                                     the top frames are printed at the end
 set -euo pipefail
@@ -596,4 +597,13 @@ if [ "${BENCH_PROFILE:-}" = "1" ] && [ -s "$tmp/perf.data" ]; then
   perf report -i "$tmp/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -12
   [ -n "${BENCH_PROFILE_OUT:-}" ] && cp "$tmp/perf.data" "$BENCH_PROFILE_OUT"
   set -o pipefail
+fi
+
+# ---------------------------------------------------------------- inside the process
+# package-benchmark (Benchmarks/): time and allocations of the engine, header and URL
+# handling, cookie matching and sealing. BENCH_INTERNALS=0 skips it (its first build
+# takes about 4–5 minutes).
+if [ "${BENCH_INTERNALS:-1}" != "0" ]; then
+  say ""
+  scripts/bench-internals.sh || say "bench: scripts/bench-internals.sh failed (the figures above stand)"
 fi
