@@ -259,18 +259,7 @@ public final class PostgresServer: Sendable {
 
     /// A one-connection pool on this server's `postgres` database for `body`, shut down afterwards.
     private func withStore<T: Sendable>(_ body: (PostgresStore) async throws -> T) async throws -> T {
-        let store = PostgresStore(
-            configuration: StoreConfiguration(connectionString: connectionString, maxConnections: 1),
-            logger: Logger(label: "parley.testing.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
-        )
-        do {
-            let result = try await body(store)
-            await store.shutdown()
-            return result
-        } catch {
-            await store.shutdown()
-            throw error
-        }
+        try await withPostgresStore(StoreConfiguration(connectionString: connectionString, maxConnections: 1), body)
     }
 
     /// The last lines of the server log, for failure messages.

@@ -381,15 +381,7 @@ import UpstreamSimulator
 
     /// A pool on `connectionString` for `body`, shut down afterwards.
     static func withStore<T: Sendable>(_ connectionString: String, _ body: (PostgresStore) async throws -> T) async throws -> T {
-        let store = PostgresStore(configuration: StoreConfiguration(connectionString: connectionString, maxConnections: 1), logger: quietLogger)
-        do {
-            let result = try await body(store)
-            await store.shutdown()
-            return result
-        } catch {
-            await store.shutdown()
-            throw error
-        }
+        try await withPostgresStore(StoreConfiguration(connectionString: connectionString, maxConnections: 1), body)
     }
 
     /// Calls `attempt` every 50 ms until it returns a value, failing after `limit`.

@@ -13,15 +13,9 @@ import Testing
     ) async throws -> T {
         let postgres = try await PostgresServer.shared()
         let url = try await postgres.createDatabase()
-        let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: quietLogger)
-        _ = try await Migrator(store: store, source: .embedded(EmbeddedMigrations.files), logger: quietLogger).migrate()
-        do {
-            let result = try await body(PostgresTokens(store: store, keyRing: testKeyRing(), leaseDuration: leaseDuration), store)
-            await store.shutdown()
-            return result
-        } catch {
-            await store.shutdown()
-            throw error
+        return try await withPostgresStore(StoreConfiguration(connectionString: url, maxConnections: 2)) { store in
+            _ = try await Migrator(store: store, source: .embedded(EmbeddedMigrations.files), logger: quietLogger).migrate()
+            return try await body(PostgresTokens(store: store, keyRing: testKeyRing(), leaseDuration: leaseDuration), store)
         }
     }
 

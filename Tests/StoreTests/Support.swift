@@ -37,20 +37,9 @@ func withStore<T>(
     acquireTimeout: Duration = .seconds(2),
     _ body: (PostgresStore) async throws -> T
 ) async throws -> T {
-    let store = PostgresStore(
-        configuration: StoreConfiguration(
-            connectionString: connectionString, maxConnections: maxConnections, acquireTimeout: acquireTimeout
-        ),
-        logger: quietLogger
-    )
-    do {
-        let result = try await body(store)
-        await store.shutdown()
-        return result
-    } catch {
-        await store.shutdown()
-        throw error
-    }
+    try await withPostgresStore(
+        StoreConfiguration(connectionString: connectionString, maxConnections: maxConnections, acquireTimeout: acquireTimeout),
+        logger: quietLogger, body)
 }
 
 /// The `StoreError` that `body` throws; records an issue when it throws something else or nothing.
