@@ -133,20 +133,26 @@ public enum Cookies {
 
     /// The `Cookie` header for `url`: longer paths first (RFC 6265 §5.4 step 2).
     public static func header(for url: URLParts, from cookies: [StoredCookie], at now: Date) -> String? {
-        let matching = cookies.filter { $0.matches(url, at: now) }.sorted { $0.path.count > $1.path.count }
+        let matching = cookies.filter { $0.matches(url, at: now) }.sorted { $0.path.utf8.count > $1.path.utf8.count }
         guard !matching.isEmpty else { return nil }
         return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
     }
 
     public static func domainMatches(host: String, domain: String) -> Bool {
         if host == domain { return true }
-        return !isIPAddress(host) && host.hasSuffix("." + domain)
+        // Byte-wise (hosts are ASCII once parsed): `host` ends with "." + domain.
+        let h = host.utf8
+        let d = domain.utf8
+        guard h.count > d.count else { return false }
+        return h.suffix(d.count).elementsEqual(d) && h.dropLast(d.count).last == UInt8(ascii: ".") && !isIPAddress(host)
     }
 
     public static func pathMatches(requestPath: String, cookiePath: String) -> Bool {
         if requestPath == cookiePath { return true }
-        guard requestPath.hasPrefix(cookiePath) else { return false }
-        return cookiePath.hasSuffix("/") || requestPath.dropFirst(cookiePath.count).hasPrefix("/")
+        let request = requestPath.utf8
+        let cookie = cookiePath.utf8
+        guard request.count > cookie.count, request.prefix(cookie.count).elementsEqual(cookie) else { return false }
+        return cookie.last == UInt8(ascii: "/") || request.dropFirst(cookie.count).first == UInt8(ascii: "/")
     }
 
     /// RFC 6265 §5.2.2: an optional `-` and digits; more digits than fit count as "very
