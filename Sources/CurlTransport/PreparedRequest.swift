@@ -72,7 +72,7 @@ struct PreparedRequest: Sendable {
     /// The host of an absolute http(s) URL, parsed by curl's own URL parser so that
     /// what is checked is what is used.
     static func host(of url: String) throws(TransportError) -> String {
-        guard let handle = curl_url() else { fatalError("curl_url: out of memory") }
+        guard let handle = curl_url() else { throw TransportError(.unavailable, detail: "curl_url: out of memory") }
         defer { curl_url_cleanup(handle) }
         guard curl_url_set(handle, CURLUPART_URL, url, 0) == CURLUE_OK else {
             throw TransportError(.invalidRequest, detail: "URL could not be parsed")
