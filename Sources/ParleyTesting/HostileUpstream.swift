@@ -155,37 +155,13 @@ public final class HostileUpstream: Sendable {
         guard pipe(&pipeFDs) == 0 else { throw Failure(description: "pipe() failed") }
         wake = (pipeFDs[0], pipeFDs[1])
 
-        #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else {
-            close(pipeFDs[0])
-            close(pipeFDs[1])
-            throw Failure(description: "socket() failed")
-        }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard bound == 0, named == 0, listen(fd, 128) == 0 else {
-            close(fd)
+        do {
+            (listener, port) = try LoopbackSocket.bindLoopback(backlog: 128, reuseAddress: true)
+        } catch {
             close(pipeFDs[0])
             close(pipeFDs[1])
             throw Failure(description: "cannot listen on 127.0.0.1")
         }
-        listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
 
         let thread = Thread { [self] in acceptLoop() }
         thread.name = "hostile-upstream-accept"

@@ -56,13 +56,16 @@ public enum RawHTTP {
         return try parse(received)
     }
 
-    static func exchange(port: Int, bytes: [UInt8], timeout: Int) throws -> [UInt8] {
+    /// A blocking TCP socket connected to 127.0.0.1:`port`, with send and receive timeouts
+    /// of `timeout` seconds (0: none). The caller closes it.
+    public static func connectLoopback(port: Int, timeout: Int = 0) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw RawHTTPError(description: "socket() failed") }
-        defer { close(fd) }
-        var tv = timeval(tv_sec: timeout, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        if timeout > 0 {
+            var tv = timeval(tv_sec: timeout, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -70,7 +73,16 @@ public enum RawHTTP {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { throw RawHTTPError(description: "connect to 127.0.0.1:\(port) failed") }
+        guard connected == 0 else {
+            close(fd)
+            throw RawHTTPError(description: "connect to 127.0.0.1:\(port) failed")
+        }
+        return fd
+    }
+
+    static func exchange(port: Int, bytes: [UInt8], timeout: Int) throws -> [UInt8] {
+        let fd = try connectLoopback(port: port, timeout: timeout)
+        defer { close(fd) }
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }

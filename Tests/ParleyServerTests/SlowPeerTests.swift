@@ -51,22 +51,7 @@ import Glibc
 
 /// A blocking client on its own thread that speaks as slowly as a test wants.
 enum SlowClient {
-    static func connect(port: Int) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestHarnessError("socket failed") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard rc == 0 else {
-            close(fd)
-            throw TestHarnessError("connect failed")
-        }
-        return fd
-    }
+    static func connect(port: Int) throws -> Int32 { try RawHTTP.connectLoopback(port: port) }
 
     static func send(_ fd: Int32, _ text: String) throws {
         let bytes = Array(text.utf8)
