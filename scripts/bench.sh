@@ -40,8 +40,8 @@ latency_duration="${BENCH_LATENCY_DURATION:-5s}"
 warmup="${BENCH_WARMUP:-3s}"
 download_mib="${BENCH_DOWNLOAD_MIB:-1024}"
 
-say() { printf '%s\n' "$*"; }
-die() { printf 'bench: FAILED: %s\n' "$*" >&2; exit 1; }
+# say, die, now_ns, free_ports, wait_http_200, psql_value, cpu_ticks, machine_ticks, to_ms
+source scripts/bench/common.sh
 
 # ---------------------------------------------------------------- cleanup
 tmp=""
@@ -84,26 +84,9 @@ forget() {
   pids=("${keep[@]}")
 }
 
-# N distinct free loopback ports (all held open until every one is chosen).
-free_ports() {
-  python3 -c 'import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
-now_ns() { date +%s%N; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
-# Polls $1 until it answers 200, at most $2 seconds; 10 ms between tries.
-wait_http_200() {
-  local url="$1" limit_ns=$(( $(now_ns) + $2 * 1000000000 ))
-  while [ "$(now_ns)" -lt "$limit_ns" ]; do
-    [ "$(curl -s -o /dev/null -m 1 -w '%{http_code}' "$url" 2>/dev/null || true)" = "200" ] && return 0
-    sleep 0.01
-  done
-  return 1
-}
 
 # ---------------------------------------------------------------- build
 scripts/install-deps.sh --test
@@ -133,7 +116,7 @@ $as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$tmp/initdb.log" 2>&1
 $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
   -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
 database_url="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
-psql_value() { "$pg_bin/psql" -X -A -t -h 127.0.0.1 -p "$pg_port" -U parley -d postgres -c "$1"; }
+PSQL="$pg_bin/psql -X -A -t -h 127.0.0.1 -p $pg_port -U parley -d postgres"
 
 # ---------------------------------------------------------------- simulator
 "$bin/upstream-simulator" --host 127.0.0.1 --port "$sim_port" >"$tmp/simulator.log" 2>&1 &
@@ -246,15 +229,6 @@ echo_auth="$(curl -s -H "Authorization: Bearer $token_cc" "http://127.0.0.1:$par
 [ "$echo_auth" = "Bearer " ] || die "the proxied request on bench-cc carried no bearer token"
 
 # ---------------------------------------------------------------- load
-# CPU seconds (user+system) used so far by a set of processes.
-cpu_ticks() {
-  local total=0 p t
-  for p in "$@"; do
-    t="$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)"
-    total=$(( total + t ))
-  done
-  echo "$total"
-}
 pg_pids() {
   local main
   main="$(head -1 "$pg_data/postmaster.pid")"
@@ -262,10 +236,6 @@ pg_pids() {
 }
 nginx_pids() { echo "$nginx_pid" $(pgrep -P "$nginx_pid" || true); }
 hz="$(getconf CLK_TCK)"
-# Busy and total clock ticks of the whole machine (all cores), from /proc/stat.
-machine_ticks() {
-  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
-}
 # CPU ticks used by this shell's finished children so far (wrk, once it has been waited for).
 # `times` must run in this shell, not in a $(…) subshell, hence the file.
 children_ticks() {
@@ -276,15 +246,6 @@ children_ticks() {
     printf "%d", t * hz + 0.5 }' "$tmp/times"
 }
 
-# wrk latency such as 812.00us, 1.23ms, 1.05s → milliseconds
-to_ms() {
-  awk -v v="$1" 'BEGIN {
-    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
-    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
-    else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
-    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else { printf "nan" } }'
-}
 
 # run_wrk NAME URL [header] — wrk with $w_threads, $w_connections, $w_duration; sets rps_NAME, p50_NAME, p90_NAME, p99_NAME, req_NAME, CPU deltas and other_pct_NAME.
 run_wrk() {
@@ -447,7 +408,7 @@ unset token token_cc
 # ---------------------------------------------------------------- scale, refresh storm, revocation propagation
 # Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
 extra_env=(BIN="$bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
-  PSQL="$pg_bin/psql -X -A -t -h 127.0.0.1 -p $pg_port -U parley -d postgres")
+  PSQL="$PSQL")
 for extra in propagation.py refresh_storm.py scale.sh; do
   say "bench: scripts/bench/$extra" >&2
   env "${extra_env[@]}" "scripts/bench/$extra" >"$tmp/extra-$extra.txt" 2>"$tmp/extra-$extra.log" \

@@ -1,5 +1,4 @@
-# Helpers shared by the scripts in scripts/bench/ (sourced, not run). scripts/bench.sh has
-# its own copies of the first few; it may source this file instead.
+# Helpers shared by scripts/bench.sh and the scripts in scripts/bench/ (sourced, not run).
 #
 # The scripts here take their set-up from the environment (scripts/bench.sh already has
 # every value; scripts/bench/standalone.sh makes them when run alone):
@@ -99,5 +98,5 @@ to_ms() {
     else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
     else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
     else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
-    else printf "%s", v }'
+    else { printf "nan" } }'
 }
