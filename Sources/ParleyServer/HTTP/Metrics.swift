@@ -50,6 +50,7 @@ public final class Metrics: Sendable {
     }
     private let counters = Mutex<[CounterKey: Counter]>([:])
     private let histograms = Mutex<[String: DurationHistogram]>([:])
+    private let upstreamHistograms = Mutex<[String: DurationHistogram]>([:])
 
     /// Every counter uses at most two labels, always in the same order.
     public func increment(_ counter: CounterName, _ labels: [(String, String)] = []) {
@@ -82,8 +83,7 @@ public final class Metrics: Sendable {
     /// Time from the start of a proxied conversation to the upstream's final response head
     /// (restarts included), by destination.
     public func observeUpstream(destination: String, duration: Duration) {
-        let key = "upstream|" + destination
-        if let cached = histograms.withLock({ $0[key] }) {
+        if let cached = upstreamHistograms.withLock({ $0[destination] }) {
             cached.record(duration)
             return
         }
@@ -92,7 +92,7 @@ public final class Metrics: Sendable {
                 metricName: "parley_upstream_duration", unitName: "seconds",
                 helpText: "Proxied conversations: time to the upstream's final response head (restarts included), by destination."),
             labels: [("destination", destination)], buckets: Self.durationBuckets)
-        histograms.withLock { $0[key] = made }
+        upstreamHistograms.withLock { $0[destination] = made }
         made.record(duration)
     }
 
