@@ -1,5 +1,5 @@
 import ParleyEncoding
-public import Foundation
+import Foundation
 public import Logging
 import ParleyCrypto
 

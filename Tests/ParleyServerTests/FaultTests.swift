@@ -175,7 +175,7 @@ import UpstreamSimulator
             let other = try await PostgresServer.start()
             second = other
             for server in [first, other] {
-                try await Self.withStore(server.connectionString) { try await $0.execute("CREATE TABLE fault_probe (n int)") }
+                _ = try await Self.withStore(server.connectionString) { try await $0.execute("CREATE TABLE fault_probe (n int)") }
             }
             try await Self.withStore(PostgresServer.multiHostConnectionString([first, other])) { pool in
                 let write: SQL = "INSERT INTO fault_probe VALUES (1) RETURNING inet_server_port() AS port"
@@ -342,9 +342,7 @@ import UpstreamSimulator
 
     /// Writes a destinations file; `parley serve` reads it once, at start.
     static func destinationsFile(_ yaml: String) throws -> String {
-        let path = NSTemporaryDirectory() + "parley-destinations-\(UUID().uuidString).yaml"
-        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
+        try ScratchFile.write(yaml, suffix: ".yaml")
     }
 
     /// The path and query of an absolute URL (what a load balancer forwards).

@@ -57,8 +57,8 @@ import Testing
         let directory = NSTemporaryDirectory() + "parley-spool-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        FileManager.default.createFile(atPath: directory + "/parley-body-0011", contents: Data([1]))
-        FileManager.default.createFile(atPath: directory + "/unrelated", contents: Data([1]))
+        _ = FileManager.default.createFile(atPath: directory + "/parley-body-0011", contents: Data([1]))
+        _ = FileManager.default.createFile(atPath: directory + "/unrelated", contents: Data([1]))
         #expect(Spool(directory: directory, quotaBytes: 1).sweep() == 1)
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["unrelated"])
     }

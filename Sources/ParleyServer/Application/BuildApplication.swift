@@ -233,7 +233,7 @@ public struct ShutdownNotice: Service, CustomStringConvertible {
     }
 
     public func run() async throws {
-        let heard = try? await cancelWhenGracefulShutdown {
+        let heard = await cancelWhenGracefulShutdown {
             for await _ in await UnixSignalsSequence(trapping: signals) { return true }
             return false
         }

@@ -1,5 +1,5 @@
 public import Hummingbird
-public import Logging
+import Logging
 import NIOCore
 
 /// The context every request starts in: no caller known yet. Hosted pages,

@@ -121,7 +121,7 @@ public final class Metrics: Sendable {
     public func set(_ gauge: GaugeName, _ labels: [(String, String)] = [], _ value: Double) {
         let key = gauge.rawValue + "|" + labels.map(\.1).joined(separator: "|")
         let existing = gauges.withLock { $0[key] }
-        let made = existing ?? registry.makeGauge(descriptor: MetricNameDescriptor(metricName: gauge.rawValue, helpText: gauge.help), labels: labels)
+        let made = existing ?? registry.makeGauge(descriptor: MetricNameDescriptor(metricName: gauge.rawValue, unitName: "", helpText: gauge.help), labels: labels)
         if existing == nil { gauges.withLock { $0[key] = made } }
         made.set(value)
     }

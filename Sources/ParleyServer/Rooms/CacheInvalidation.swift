@@ -28,7 +28,7 @@ struct CacheInvalidation: Service {
     func run() async throws {
         let events = signals.events()
         // Graceful shutdown ends the wait for events; that is a normal end.
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             for await event in events { apply(event) }
         }
     }
