@@ -392,9 +392,8 @@ import Glibc
                 ])
             }
         }
-        let path = NSTemporaryDirectory() + "parley-hostile-destinations-\(UUID().uuidString).json"
-        try JSONSerialization.data(withJSONObject: ["destinations": destinations]).write(to: URL(fileURLWithPath: path))
-        return path
+        let json = try JSONSerialization.data(withJSONObject: ["destinations": destinations])
+        return try ScratchFile.write(String(decoding: json, as: UTF8.self), suffix: ".json")
     }
 
     // MARK: the test

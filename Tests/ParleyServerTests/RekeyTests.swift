@@ -33,8 +33,7 @@ import UpstreamSimulator
 
             """
         }
-        let path = NSTemporaryDirectory() + "parley-rekey-destinations-\(UUID().uuidString).yaml"
-        try (
+        return try ScratchFile.write(
             """
             destinations:
               - name: sim
@@ -46,9 +45,8 @@ import UpstreamSimulator
             """
             + oauth2("as", grant: "password", client: "parley-confidential", secret: "s3cret")
             + oauth2("cc", grant: "client_credentials", client: "parley-confidential", secret: "s3cret")
-            + oauth2("code", grant: "authorization_code", client: "parley-public", secret: nil)
-        ).write(toFile: path, atomically: true, encoding: .utf8)
-        return path
+            + oauth2("code", grant: "authorization_code", client: "parley-public", secret: nil),
+            suffix: ".yaml")
     }
 
     static func environment(database: String, destinations: String, keys: String, port: Int) -> [String: String] {

@@ -9,14 +9,13 @@ import UpstreamSimulator
     static let keys = "k1:" + Data(repeating: 9, count: 32).base64EncodedString()
 
     static func destinationsFile(simulatorPort: Int) throws -> String {
-        let path = NSTemporaryDirectory() + "parley-destinations-\(UUID().uuidString).yaml"
-        try """
-        destinations:
-          - name: sim
-            url: http://127.0.0.1:\(simulatorPort)
-            basic: {}
-        """.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
+        try ScratchFile.write(
+            """
+            destinations:
+              - name: sim
+                url: http://127.0.0.1:\(simulatorPort)
+                basic: {}
+            """, suffix: ".yaml")
     }
 
     static func environment(database: String, destinations: String) -> [String: String] {
