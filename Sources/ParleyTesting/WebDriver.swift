@@ -78,6 +78,9 @@ public final class ChromeDriver: Sendable {
                 "alwaysMatch": [
                     "browserName": "chrome",
                     "goog:chromeOptions": ["binary": browserPath, "args": arguments],
+                    // Finding an element waits (up to 10 s) for it to appear: after a click or a
+                    // redirect the next page may still be loading when the next command arrives.
+                    "timeouts": ["implicit": 10_000, "pageLoad": 60_000],
                 ] as [String: Any]
             ]
         ]

@@ -110,7 +110,8 @@ import UpstreamSimulator
                 let wrong = live.simulator.otp.currentCode(user: "alice") == "000000" ? "111111" : "000000"
                 try await browser.sendKeys(wrong, to: try await browser.findElement(css: "input[name=passcode]"))
                 try await browser.click(try await browser.findElement(css: "button[type=submit], input[type=submit]"))
-                _ = try await browser.findElement(css: "input[name=passcode]")
+                // The answer to the wrong passcode is the form again, with its error line.
+                _ = try await browser.findElement(css: "p#error")
                 let pending = try await live.request("GET", "/v1/flows/\(flowID)", token: token)
                 #expect(pending.json?["status"] as? String == "pending", "a wrong passcode completed the flow")
                 #expect(live.simulator.otp.rejectedPasscodes == 1)
