@@ -146,6 +146,8 @@ import Testing
                 try await browser.sendKeys("not-the-password", to: try await browser.findElement(css: "#password"))
                 try await browser.click(try await browser.findElement(css: "button[type=submit]"))
                 _ = try await browser.waitForURL(prefix: live.baseURL + "/flows/\(flowID)/credentials")
+                // The form comes back with its alert (the URL may be the same as before the post).
+                _ = try await browser.findElement(css: "[role=alert]")
                 let page = try await browser.pageSource()
                 #expect(page.contains("role=\"alert\""))
                 #expect(!page.contains("not-the-password"))
