@@ -15,8 +15,10 @@ public enum ScratchFile {
         return path
     }
 
+    /// The folder's path; the exit handler (which cannot capture) reads it from here.
+    private static let path = NSTemporaryDirectory() + "parley-scratch-\(getpid())"
+
     private static let directory: Result<String, any Error> = {
-        let path = NSTemporaryDirectory() + "parley-scratch-\(getpid())"
         do {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         } catch {
@@ -25,7 +27,4 @@ public enum ScratchFile {
         atexit { try? FileManager.default.removeItem(atPath: ScratchFile.path) }
         return .success(path)
     }()
-
-    /// The directory's path, for the exit handler (which cannot capture).
-    private static var path: String { NSTemporaryDirectory() + "parley-scratch-\(getpid())" }
 }
