@@ -110,6 +110,9 @@ import Testing
                 RouterTests.json($0.body)["items"] as? [[String: Any]] ?? []
             }
             #expect(audit.filter { $0["action"] as? String == "registration.refused" }.count == 2)
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_registrations_total{action="refused"} 2"#), "\(metrics)")
+            #expect(metrics.contains(#"parley_registrations_total{action="created"} 1"#), "\(metrics)")
             #expect(!String(describing: audit).contains("wrong-secret"), "the presented secret reached the audit log")
         }
     }
@@ -136,6 +139,8 @@ import Testing
             RouterTests.expectProblem(
                 try await client.execute(uri: "/admin/v1/registrations/\(id)/approval", method: .post, headers: Self.admin), .badRequest,
                 "invalid_request")
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_registrations_total{action="approved"} 1"#), "\(metrics)")
             #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth).status != .forbidden)
             // Admin teardown.
             #expect(try await client.execute(uri: "/admin/v1/registrations/\(id)", method: .delete, headers: Self.admin).status == .noContent)

@@ -91,6 +91,38 @@ import Testing
         }
     }
 
+    /// The in-flight cap through the router: a second request while the first still waits on
+    /// its upstream is `429`, counted as `limit="in_flight"`; the first one then completes.
+    @Test func inFlightCapRefusesAndCountsTheRefusal() async throws {
+        let (arrived, arrival) = AsyncStream<Void>.makeStream()
+        let (released, release) = AsyncStream<Void>.makeStream()
+        let transport = FakeTransport { _ in
+            arrival.yield()
+            for await _ in released { break }
+            return .text(200, "{}")
+        }
+        var configuration = ParleyConfiguration(
+            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(),
+            destinations: [try DestinationSpec(name: "slow", url: "https://slow.example").validated()])
+        configuration.maxInFlightPerRegistration = 1
+        let app = buildApplication(
+            configuration: configuration, dependencies: .inMemory(transport: transport, clock: TestClock()), logger: quietLogger)
+        try await app.test(.router) { client in
+            let token = RouterTests.json(try await Self.register(client, "slow", credentials: false).body)["clientToken"] as? String ?? ""
+            let auth: HTTPFields = [.authorization: "Bearer \(token)"]
+            async let first = client.execute(uri: "/v1/proxy/a", method: .get, headers: auth)
+            for await _ in arrived { break }
+            Self.expectLimited(try await client.execute(uri: "/v1/proxy/b", method: .get, headers: auth))
+            release.yield()
+            #expect(try await first.status == .ok)
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_rate_limited_total{limit="in_flight"} 1"#), "\(metrics)")
+            // The slot was given back.
+            release.yield()
+            #expect(try await client.execute(uri: "/v1/proxy/c", method: .get, headers: auth).status == .ok)
+        }
+    }
+
     @Test func tokenEndpointCallsPerDestinationKeepTheStoredTokens() async throws {
         let clock = TestClock()
         try await Self.withRouter(clock: clock) { client in

@@ -37,7 +37,11 @@ struct ProxyController: Sendable {
         if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
             throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
         }
-        let ticket = try inFlight.admit(registration.id)
+        let ticket: InFlightTicket
+        do { ticket = try inFlight.admit(registration.id) } catch {
+            metrics.increment(.rateLimited, [("limit", "in_flight")])
+            throw error
+        }
         let manager = try conversations.manager(for: registration)
         let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
         let result: ConversationResult

@@ -81,6 +81,7 @@ struct RegistrationService: Sendable {
                 await audit.record(
                     "registration.refused", actor: .client, destination: destination.name,
                     detail: ["policy": "enrolment", "secret": enrolmentSecret == nil ? "missing" : "wrong"])
+                metrics.increment(.registrations, [("action", "refused")])
                 throw Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
             }
         }
@@ -118,6 +119,7 @@ struct RegistrationService: Sendable {
         active.status = .active
         await audit.record(
             "registration.approved", actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
+        metrics.increment(.registrations, [("action", "approved")])
         return try await proceed(active, destination: destination, actor: .admin, logger: logger)
     }
 
@@ -164,6 +166,7 @@ struct RegistrationService: Sendable {
             await audit.record(
                 "registration.refused", actor: .system, registrationID: id, destination: destination.name,
                 detail: ["code": problem.code.rawValue])
+            metrics.increment(.registrations, [("action", "refused")])
             logger.info("registration refused upstream", metadata: ["problem.code": .string(problem.code.rawValue)])
             throw error
         }
