@@ -76,13 +76,6 @@ public struct KeyRing: Sendable {
         throw SealingError(.malformedKeyRing, "PARLEY_ENCRYPTION_KEYS: " + problems.joined(separator: "; "))
     }
 
-    /// A fresh one-key ring (local demo only).
-    public static func generate(id: String = "demo") -> (ring: KeyRing, text: String) {
-        let bytes = SecureRandom.bytes(32)
-        let ring = try! KeyRing(keys: [(id, bytes)])
-        return (ring, "\(id):\(Base64.encode(bytes))")
-    }
-
     public func seal(_ plaintext: [UInt8], associatedData: String) -> [UInt8] {
         let key = keys[0]
         let nonce = SecureRandom.bytes(12)
