@@ -63,8 +63,7 @@ struct Serve: AsyncParsableCommand {
                 let applied = try await migrate(store: store, source: configuration.migrations, logger: logger)
                 logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
             }
-            let transport = CurlTransport(
-                configuration: .init(pausedTransferDeadline: configuration.pausedTransferDeadline), logger: logger)
+            let transport = CurlTransport(configuration: configuration.transport, logger: logger)
             let dependencies = ParleyDependencies.postgres(configuration: configuration, store: store, transport: transport, logger: logger)
             let app = buildApplication(
                 configuration: configuration,

@@ -251,6 +251,35 @@ struct CurlTransportTests {
         }
     }
 
+    /// `PARLEY_UPSTREAM_CONNECTIONS_PER_HOST` reaches libcurl: twelve exchanges that overlap open
+    /// twelve connections by default and at most three under a limit of three, all answered.
+    @Test(arguments: [nil, 3])
+    func connectionsPerHostAreCappedByConfiguration(limit: Int?) async throws {
+        var configuration = CurlTransport.Configuration()
+        if let limit { configuration.maxConnectionsPerHost = limit }
+        try await Fixtures.withSimulatorAndTransport(configuration) { base, _, transport in
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<12 {
+                    group.addTask {
+                        let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/slow?ms=300"))
+                        _ = try await response.body.collect(upTo: 1 << 16)
+                        return response.status
+                    }
+                }
+                var all: [Int] = []
+                for try await status in group { all.append(status) }
+                return all
+            }
+            #expect(statuses == Array(repeating: 200, count: 12))
+            let opened = transport.statistics.connectionsOpened
+            if let limit {
+                #expect((1...limit).contains(opened), "opened \(opened) connections under a limit of \(limit)")
+            } else {
+                #expect(opened > 3, "opened \(opened) connections without a limit")
+            }
+        }
+    }
+
     @Test func sequentialRequestsReuseOneConnection() async throws {
         try await Fixtures.withSimulatorAndTransport { base, _, transport in
             for i in 0..<20 {

@@ -1,5 +1,6 @@
 import AuthFlows
 import Conversation
+import CurlTransport
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -380,6 +381,39 @@ import Testing
         let embedded = try Migrator.load(embedded: EmbeddedMigrations.files)
         #expect(embedded.map(\.name) == files.map(\.name), "run scripts/embed-resources.sh")
         #expect(embedded.map(\.checksum) == files.map(\.checksum), "run scripts/embed-resources.sh")
+    }
+
+    @Test func upstreamConnectionLimitsAreReadAndChecked() throws {
+        let destinations = NSTemporaryDirectory() + "parley-destinations-\(UUID().uuidString).yaml"
+        try "destinations:\n  - name: one\n    url: https://one.example\n".write(toFile: destinations, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: destinations) }
+        let base = [
+            "PARLEY_DATABASE_URL": "postgres://x", "PARLEY_ENCRYPTION_KEYS": "k1:" + Data(repeating: 1, count: 32).base64EncodedString(),
+            "PARLEY_DESTINATIONS": destinations,
+        ]
+        let defaults = try ParleyConfiguration.fromEnvironment(base).transport
+        #expect(defaults.maxConnectionsPerHost == 32 && defaults.maxTotalConnections == 256)
+        #expect(defaults.pausedTransferDeadline == .seconds(60))
+
+        let set = try ParleyConfiguration.fromEnvironment(
+            base.merging(
+                ["PARLEY_UPSTREAM_CONNECTIONS_PER_HOST": "64", "PARLEY_UPSTREAM_CONNECTIONS": "512", "PARLEY_PAUSED_TRANSFER_SECONDS": "5"]
+            ) { $1 }
+        ).transport
+        #expect(set.maxConnectionsPerHost == 64 && set.maxTotalConnections == 512 && set.pausedTransferDeadline == .seconds(5))
+        #expect(set.problems.isEmpty)
+
+        let error = try #require(throws: ParleyConfiguration.Invalid.self) {
+            try ParleyConfiguration.fromEnvironment(
+                base.merging(["PARLEY_UPSTREAM_CONNECTIONS_PER_HOST": "0", "PARLEY_UPSTREAM_CONNECTIONS": "many"]) { $1 })
+        }
+        #expect(error.description.contains("PARLEY_UPSTREAM_CONNECTIONS_PER_HOST must be a whole number in 1...10000, got '0'"))
+        #expect(error.description.contains("PARLEY_UPSTREAM_CONNECTIONS must be a whole number in 1...100000, got 'many'"))
+        let inverted = try #require(throws: ParleyConfiguration.Invalid.self) {
+            try ParleyConfiguration.fromEnvironment(
+                base.merging(["PARLEY_UPSTREAM_CONNECTIONS_PER_HOST": "100", "PARLEY_UPSTREAM_CONNECTIONS": "50"]) { $1 })
+        }
+        #expect(inverted.description.contains("PARLEY_UPSTREAM_CONNECTIONS (50) must be at least PARLEY_UPSTREAM_CONNECTIONS_PER_HOST (100)"))
     }
 
     @Test func aBadDestinationsFileReportsEveryProblemAtOnce() throws {

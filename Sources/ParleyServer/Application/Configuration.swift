@@ -1,5 +1,6 @@
 public import AuthFlows
 import Conversation
+public import CurlTransport
 public import Foundation
 public import ParleyCrypto
 public import Store
@@ -43,6 +44,17 @@ public struct ParleyConfiguration: Sendable {
     public var requestBodyIdleTimeout: Duration = .seconds(30)
     /// An upstream transfer paused because its client stopped reading is ended after this.
     public var pausedTransferDeadline: Duration = .seconds(60)
+    /// Connections open to one upstream host at a time; more exchanges wait for one.
+    public var upstreamConnectionsPerHost = 32
+    /// Connections open to all upstreams together, and the keep-alive cache's size.
+    public var upstreamConnections = 256
+
+    /// The upstream transport's settings (libcurl's connection limits and the paused-transfer deadline).
+    public var transport: CurlTransport.Configuration {
+        CurlTransport.Configuration(
+            maxConnectionsPerHost: upstreamConnectionsPerHost, maxTotalConnections: upstreamConnections,
+            pausedTransferDeadline: pausedTransferDeadline)
+    }
 
     /// Where migrations come from: the directory when one is configured, else the binary.
     public var migrations: MigrationSource { Self.migrationSource(directory: migrationsDirectory) }
@@ -182,6 +194,11 @@ public struct ParleyConfiguration: Sendable {
         let headTimeout = int("PARLEY_REQUEST_HEAD_TIMEOUT_SECONDS", default: 20, range: 1...3600)
         let bodyIdle = int("PARLEY_REQUEST_BODY_IDLE_SECONDS", default: 30, range: 1...3600)
         let pausedDeadline = int("PARLEY_PAUSED_TRANSFER_SECONDS", default: 60, range: 1...86400)
+        let perHost = int("PARLEY_UPSTREAM_CONNECTIONS_PER_HOST", default: 32, range: 1...10_000)
+        let allHosts = int("PARLEY_UPSTREAM_CONNECTIONS", default: 256, range: 1...100_000)
+        if allHosts < perHost {
+            problems.append("PARLEY_UPSTREAM_CONNECTIONS (\(allHosts)) must be at least PARLEY_UPSTREAM_CONNECTIONS_PER_HOST (\(perHost))")
+        }
 
         guard problems.isEmpty, let keyRing else { throw Invalid(problems: problems) }
         var configuration = ParleyConfiguration(
@@ -195,6 +212,8 @@ public struct ParleyConfiguration: Sendable {
         configuration.requestHeadTimeout = .seconds(headTimeout)
         configuration.requestBodyIdleTimeout = .seconds(bodyIdle)
         configuration.pausedTransferDeadline = .seconds(pausedDeadline)
+        configuration.upstreamConnectionsPerHost = perHost
+        configuration.upstreamConnections = allHosts
         return configuration
     }
 }
