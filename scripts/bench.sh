@@ -376,7 +376,7 @@ read -r ngdl_code ngdl_bytes ngdl_seconds ngdl_speed < <(curl -s -o /dev/null \
 
 # ---------------------------------------------------------------- memory during a big upload
 # PUT of a ${download_mib} MiB file to the simulator's echo (which hashes the body), through
-# Parley (which spools it before the first attempt) and through nginx (request buffering off).
+# Parley (which streams it on while it spools it) and through nginx (request buffering off).
 say "bench: ${download_mib} MiB proxied upload" >&2
 upload_file="$tmp/upload.bin"
 head -c "$(( download_mib << 20 ))" /dev/zero >"$upload_file"
@@ -526,7 +526,7 @@ say "  RSS before $(mib "$rss_before_kib") MiB, peak $(mib "$rss_peak_kib") MiB 
 say "  the same download through nginx: $ngdl_mibps MiB/s"
 say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s = $ul_mibps MiB/s; through nginx $ngul_mibps MiB/s"
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
-say "  (Parley spools the whole body to disk before the first upstream attempt, so it can replay it after a challenge)"
+say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
 say ""
 for extra in propagation.py refresh_storm.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""

@@ -29,6 +29,7 @@ static inline size_t c_parley_writefunc_pause(void) { return CURL_WRITEFUNC_PAUS
 static inline size_t c_parley_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
 static inline size_t c_parley_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 static inline int c_parley_pause_cont(void) { return CURLPAUSE_CONT; }
+static inline int c_parley_pause_recv(void) { return CURLPAUSE_RECV; }
 
 /* Added for CurlTransport: seek callback, blob flag, message result, seek results. */
 typedef int (*c_parley_curl_seek_cb)(void *userdata, curl_off_t offset, int origin);

@@ -5,6 +5,7 @@ import Musl
 #else
 import Darwin
 #endif
+import Synchronization
 
 /// HTTP values the conversation engine works with. They carry no I/O: a
 /// `Transport` turns an `UpstreamRequest` into an `UpstreamResponse`.
@@ -101,16 +102,95 @@ public enum RequestBody: Sendable, Equatable {
 /// An open file descriptor holding a request body. Readers use positional reads
 /// (`pread`), so a replay or a second transfer never shares an offset with another.
 /// The descriptor has this one owner and is closed once, when the last reference goes.
+///
+/// A file made with `filling:` is still being written (a spooled upload streamed on while
+/// it arrives): readers read what is written so far and wait for the rest (`readable`),
+/// and the writer reports its progress (`didWrite`, `finish`, `fail`).
 public final class BodyFile: Sendable, Equatable {
     /// -1 when the file could not be opened.
     public let descriptor: Int32
+    /// False for a file that is whole from the start (its `filling` is never used).
+    private let grows: Bool
+    private let filling = Mutex(Filling())
+
+    private struct Filling {
+        var written: Int64 = 0
+        var outcome: Outcome?
+        /// Readers waiting for bytes beyond `written`, each called once.
+        var waiters: [@Sendable () -> Void] = []
+
+        enum Outcome { case complete, failed }
+    }
+
+    /// How much a reader may read now from a given offset.
+    public enum Readable: Sendable, Equatable {
+        /// Everything up to the end of the file (it is whole).
+        case toEnd
+        /// Bytes up to this offset (exclusive) are written; more may follow.
+        case upTo(Int64)
+        /// Nothing beyond the offset yet: the `wake` given is called once there is.
+        case wait
+        /// The writer gave up (the client's body broke off): the body will never be whole.
+        case failed
+    }
 
     public init(adopting descriptor: Int32) {
         self.descriptor = descriptor
+        self.grows = false
+    }
+
+    /// A file its writer is still filling; readers wait for bytes not written yet.
+    public init(adopting descriptor: Int32, filling: Bool) {
+        self.descriptor = descriptor
+        self.grows = filling
     }
 
     deinit {
         if descriptor >= 0 { _ = close(descriptor) }
+    }
+
+    /// For readers: what can be read from `offset` now. When nothing can, `wake` is kept and
+    /// called once (from the writer's task) when more bytes, the end or a failure arrive.
+    public func readable(from offset: Int64, wake: @escaping @Sendable () -> Void) -> Readable {
+        guard grows else { return .toEnd }
+        return filling.withLock { state -> Readable in
+            switch state.outcome {
+            case .complete?: return .toEnd
+            case .failed?: return .failed
+            case nil:
+                if state.written > offset { return .upTo(state.written) }
+                state.waiters.append(wake)
+                return .wait
+            }
+        }
+    }
+
+    /// Readers parked by `readable` and not woken yet.
+    public var waitingReaders: Int { grows ? filling.withLock { $0.waiters.count } : 0 }
+
+    /// For the writer: `count` more bytes are in the file.
+    public func didWrite(_ count: Int64) {
+        settle { $0.written += count }
+    }
+
+    /// For the writer: the file is whole.
+    public func finish() {
+        settle { if $0.outcome == nil { $0.outcome = .complete } }
+    }
+
+    /// For the writer: the file will never be whole; readers abort.
+    public func fail() {
+        settle { if $0.outcome == nil { $0.outcome = .failed } }
+    }
+
+    private func settle(_ change: (inout Filling) -> Void) {
+        guard grows else { return }
+        let waiters = filling.withLock { state -> [@Sendable () -> Void] in
+            change(&state)
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for wake in waiters { wake() }
     }
 
     public static func == (a: BodyFile, b: BodyFile) -> Bool { a === b }

@@ -20,6 +20,8 @@ final class MultiLoop: @unchecked Sendable {
         case add(PreparedRequest, TransferState)
         case cancel(UInt64)
         case unpause(UInt64)
+        /// More of a request body that is still arriving can be sent.
+        case resumeUpload(UInt64)
     }
 
     private enum Phase {
@@ -199,6 +201,11 @@ final class MultiLoop: @unchecked Sendable {
             transfer.pausedSince = nil
             // May run the write callback right here with the bytes curl held back.
             _ = curl_easy_pause(transfer.handle, c_parley_pause_cont())
+
+        case .resumeUpload(let id):
+            guard let transfer = transfers[id] else { return }
+            // Receiving stays paused while a slow reader holds it back; sending resumes.
+            _ = curl_easy_pause(transfer.handle, transfer.pausedSince == nil ? c_parley_pause_cont() : c_parley_pause_recv())
         }
     }
 

@@ -181,6 +181,12 @@ final class TransferState: @unchecked Sendable {
         return result
     }
 
+    /// A request body still being written has more bytes (or its end): the multi thread
+    /// resumes sending. Called from the body's writer, any thread.
+    func resumeUpload() {
+        _ = loop.submit(.resumeUpload(id))
+    }
+
     // MARK: Multi thread side
 
     func deliverHead(_ response: UpstreamResponse) {

@@ -224,6 +224,58 @@ struct CurlTransportTests {
         }
     }
 
+    /// A body file its writer is still filling: the transfer sends what is written, waits
+    /// for the rest, and aborts when the writer gives up.
+    @Test(arguments: [true, false])
+    func aBodyFileStillBeingWrittenIsSentAsItGrows(completes: Bool) async throws {
+        let path = NSTemporaryDirectory() + "parley-growing-\(UUID().uuidString)"
+        let fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        unlink(path)
+        let file = BodyFile(adopting: fd, filling: true)
+        let parts = (0..<3).map { part in (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ part) } }
+        func append(_ part: [UInt8]) {
+            let written = part.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            #expect(written == part.count)
+            file.didWrite(Int64(part.count))
+        }
+        /// Until the transfer has sent everything written so far and waits for more.
+        func untilTheTransferWaits() async throws {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while file.waitingReaders == 0 {
+                try #require(ContinuousClock.now < deadline, "the transfer never waited for the file")
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            async let sent = transport.send(
+                UpstreamRequest(method: "PUT", url: "\(base)/upload", body: .file(file, length: Int64(3 << 20))))
+            append(parts[0])
+            try await untilTheTransferWaits()
+            append(parts[1])
+            try await untilTheTransferWaits()
+            if completes {
+                append(parts[2])
+                file.finish()
+                let answer = try await Fixtures.decode(Fixtures.Upload.self, try await sent)
+                #expect(answer.bytes == 3 << 20)
+                #expect(answer.sha256 == Hex.encode(SHA256.hash(parts.flatMap { $0 })))
+            } else {
+                file.fail()
+                let outcome: Result<UpstreamResponse, any Error>
+                do { outcome = .success(try await sent) } catch { outcome = .failure(error) }
+                guard case .failure(let error) = outcome else {
+                    Issue.record("a body its writer gave up on was answered")
+                    return
+                }
+                #expect(error is TransportError, "\(error)")
+            }
+            #expect(state.requests(route: "PUT /upload") == 1)
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
     // MARK: Concurrency and reuse
 
     @Test func twoHundredConcurrentRequests() async throws {

@@ -161,6 +161,46 @@ import Testing
         }
     }
 
+    /// A large upload streams on to the upstream while it arrives; when the client goes away
+    /// halfway, the exchange ends, the spool's share is given back and the process goes on.
+    @Test func anUploadThatBreaksOffEndsItsExchangeAndFreesTheSpool() async throws {
+        try await withLiveParley { live in
+            let (_, token) = try await live.register()
+            let fd = try RawHTTP.connectLoopback(port: live.port, timeout: 10)
+            let head = "POST /v1/proxy/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
+                + "Content-Length: \(4 << 20)\r\n\r\n"
+            let bytes = Array(head.utf8) + [UInt8](repeating: 9, count: 3 << 19)  // 1.5 of the 4 MiB announced
+            var offset = 0
+            while offset < bytes.count {
+                let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+                guard n > 0 else { break }
+                offset += n
+            }
+            #expect(offset == bytes.count)
+            // The upstream has the request before the body is whole: it streams.
+            try await Self.poll("the upload reaching the upstream") { live.simulator.requests(route: "POST /upload") == 1 }
+            close(fd)
+            try await Self.poll("the spool to be given back") {
+                let metrics = (try? await live.request("GET", "/metrics").text) ?? ""
+                return metrics.split(separator: "\n").contains("parley_spool_bytes 0.0")
+            }
+            let body = (0..<(2 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+            let response = try await live.request("POST", "/v1/proxy/upload", token: token, body: body)
+            #expect(response.status == 200)
+            #expect(response.json?["sha256"] as? String == Hex.encode(SHA256.hash(body)))
+            #expect(live.simulator.requests(route: "POST /upload") == 2)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: live.spoolDirectory).isEmpty)
+        }
+    }
+
+    static func poll(_ what: String, within limit: Duration = .seconds(20), _ condition: () async -> Bool) async throws {
+        let deadline = ContinuousClock.now + limit
+        while await !condition() {
+            guard ContinuousClock.now < deadline else { throw TestHarnessError("timed out waiting for \(what)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     @Test func upstreamFailuresBecomeProblems() async throws {
         let closedPort = try FreePort.find()
         try await withLiveParley(destinations: { url in

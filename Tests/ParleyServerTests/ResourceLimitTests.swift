@@ -53,6 +53,76 @@ import Testing
         #expect(spool.usedBytes == 0)
     }
 
+    struct BrokenOff: Error {}
+
+    /// A streamed spool reserves its announced length up front, tells readers how far the
+    /// file is written as it goes, and fails them (and throws) when the body breaks off
+    /// or does not match its length.
+    @Test func aStreamingSpoolFeedsReadersAndFailsThemWhenTheBodyBreaksOff() async throws {
+        let directory = NSTemporaryDirectory() + "parley-spool-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spool = Spool(directory: directory, quotaBytes: 3 << 20)
+
+        let whole = try await StreamingSpool.start(length: 2 << 20, spool: spool)
+        #expect(spool.usedBytes == 2 << 20)
+        guard case .file(let file, let length) = whole.spooled.body else {
+            Issue.record("a streamed spool is a file body")
+            return
+        }
+        #expect(length == 2 << 20)
+        let (wakes, wake) = AsyncStream<Void>.makeStream()
+        #expect(file.readable(from: 0, wake: { wake.yield() }) == .wait)
+        #expect(file.waitingReaders == 1)
+        // Too large for what is left of the quota: 413, nothing more held.
+        await #expect(throws: Problem.self) { _ = try await StreamingSpool.start(length: 2 << 20, spool: spool) }
+        #expect(spool.usedBytes == 2 << 20)
+
+        let (source, feed) = AsyncStream<ByteBuffer>.makeStream()
+        async let filled: Void = whole.run(source)
+        feed.yield(ByteBuffer(repeating: 1, count: 300 << 10))  // more than one batch
+        // The reader parked above is woken once the first batch is written.
+        var woken = wakes.makeAsyncIterator()
+        _ = await woken.next()
+        #expect(file.waitingReaders == 0)
+        guard case .upTo(let written) = file.readable(from: 0, wake: {}), written >= 256 << 10 else {
+            Issue.record("the first batch is readable before the body is whole: \(file.readable(from: 0, wake: {}))")
+            feed.finish()
+            _ = try? await filled
+            return
+        }
+        feed.yield(ByteBuffer(repeating: 2, count: (2 << 20) - (300 << 10)))
+        feed.finish()
+        try await filled
+        #expect(file.readable(from: 0, wake: {}) == .toEnd)
+        var bytes = [UInt8](repeating: 0, count: 2 << 20)
+        #expect(pread(file.descriptor, &bytes, bytes.count, 0) == 2 << 20)
+        #expect(bytes[0] == 1 && bytes[(300 << 10) - 1] == 1 && bytes[300 << 10] == 2 && bytes[(2 << 20) - 1] == 2)
+        whole.spooled.remove()
+        #expect(spool.usedBytes == 0)
+
+        // A body that breaks off: readers see `.failed`, the error reaches the caller.
+        let broken = try await StreamingSpool.start(length: 1 << 20, spool: spool)
+        guard case .file(let brokenFile, _) = broken.spooled.body else { return }
+        let failing = AsyncThrowingStream<ByteBuffer, any Error> { continuation in
+            continuation.yield(ByteBuffer(repeating: 3, count: 1000))
+            continuation.finish(throwing: BrokenOff())
+        }
+        await #expect(throws: BrokenOff.self) { try await broken.run(failing) }
+        #expect(brokenFile.readable(from: 0, wake: {}) == .failed)
+        broken.spooled.remove()
+
+        // Shorter or longer than announced: 400, and the readers fail.
+        for sizes in [[1000], [1 << 20, 1]] {
+            let wrong = try await StreamingSpool.start(length: 1 << 20, spool: spool)
+            guard case .file(let wrongFile, _) = wrong.spooled.body else { return }
+            await #expect(throws: Problem.self) { try await wrong.run(Self.chunks(sizes)) }
+            #expect(wrongFile.readable(from: 0, wake: {}) == .failed)
+            wrong.spooled.remove()
+        }
+        #expect(spool.usedBytes == 0)
+    }
+
     @Test func leftoverSpoolFilesAreSweptAtStart() throws {
         let directory = NSTemporaryDirectory() + "parley-spool-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

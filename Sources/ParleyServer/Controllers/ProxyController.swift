@@ -43,13 +43,39 @@ struct ProxyController: Sendable {
             throw error
         }
         let manager = try conversations.manager(for: registration)
-        let spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
+        let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
+        let started: ContinuousClock.Instant
+        let outcome: Result<ConversationResult, any Error>
+        let spooled: SpooledBody
+        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > Int64(memoryBodyBytes) {
+            // Too large for memory and of known length: the exchange sends the body while
+            // it is still arriving (and spooled for a replay).
+            let streaming = try await StreamingSpool.start(length: declared, spool: spool)
+            spooled = streaming.spooled
+            let body = request.body
+            started = .now
+            async let filled: Void = streaming.run(body)
+            outcome = await Self.attempt {
+                try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
+            }
+            // The client's body first: when it broke off, that explains the exchange's failure.
+            do { try await filled } catch {
+                spooled.remove()
+                if case .success(.response(let upstream)) = outcome { upstream.body.discard() }
+                throw error
+            }
+        } else {
+            spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
+            started = .now
+            outcome = await Self.attempt {
+                try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
+            }
+        }
         let result: ConversationResult
-        let started = ContinuousClock.now
-        do {
-            let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
-            result = try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
-        } catch {
+        switch outcome {
+        case .success(let answer):
+            result = answer
+        case .failure(let error):
             spooled.remove()
             if let problem = error as? Problem { throw problem }
             if let refused = error as? OAuth2Error, refused.code == .refused {
@@ -72,6 +98,10 @@ struct ProxyController: Sendable {
             metrics.observeUpstream(destination: destination.name, duration: ContinuousClock.now - started)
             return try await Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
         }
+    }
+
+    private static func attempt<T: Sendable>(_ work: () async throws -> T) async -> Result<T, any Error> {
+        do { return .success(try await work()) } catch { return .failure(error) }
     }
 
     /// The upstream's final answer for the client. A status outside 100–599 is the

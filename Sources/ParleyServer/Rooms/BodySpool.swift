@@ -49,7 +49,7 @@ struct SpooledBody: Sendable {
                 if let open = file {
                     try reservation.grow(Int64(buffer.readableBytes))
                     pending.append(contentsOf: buffer.readableBytesView)
-                    if pending.count >= 256 * 1024 {
+                    if pending.count >= SpoolFile.batchBytes {
                         try await open.write(pending)
                         pending.removeAll(keepingCapacity: true)
                     }
@@ -72,6 +72,74 @@ struct SpooledBody: Sendable {
             return SpooledBody(body: memory.isEmpty ? .empty : .bytes(memory), reservation: nil)
         } catch {
             reservation.release()
+            throw error
+        }
+    }
+}
+
+/// A body of announced length too large for memory, spooled while the upstream exchange
+/// already reads it: the exchange sends what has arrived and waits for the rest, so an
+/// upload streams through instead of waiting to be whole; a replay (a challenge, a renewed
+/// token) reads the file again from the start. `run()` fills the file and must run
+/// beside the exchange.
+struct StreamingSpool: Sendable {
+    let spooled: SpooledBody
+    private let file: BodyFile
+    private let length: Int64
+
+    /// Reserves `length` bytes of the spool quota and creates the file. Throws `Problem`
+    /// 413 when the quota is spent.
+    static func start(length: Int64, spool: Spool) async throws -> StreamingSpool {
+        let reservation = SpoolReservation(spool: spool)
+        try reservation.grow(length)
+        do {
+            let created = try await SpoolFile.create(in: spool.directory, filling: true)
+            return StreamingSpool(
+                spooled: SpooledBody(body: .file(created.file, length: length), reservation: reservation),
+                file: created.file, length: length)
+        } catch {
+            reservation.release()
+            throw error
+        }
+    }
+
+    private init(spooled: SpooledBody, file: BodyFile, length: Int64) {
+        self.spooled = spooled
+        self.file = file
+        self.length = length
+    }
+
+    /// Copies `source` into the file in batches, announcing each batch to the readers.
+    /// A body that breaks off, or runs past its announced length, fails the file (the
+    /// exchange reading it aborts) and throws.
+    func run<S: AsyncSequence>(_ source: S) async throws where S.Element == ByteBuffer {
+        let writer = SpoolFile(file: file)
+        var total: Int64 = 0
+        var pending: [UInt8] = []
+        pending.reserveCapacity(SpoolFile.batchBytes)
+        do {
+            for try await buffer in source {
+                total += Int64(buffer.readableBytes)
+                guard total <= length else {
+                    throw Problem.invalid("the request body is longer than its Content-Length")
+                }
+                pending.append(contentsOf: buffer.readableBytesView)
+                if pending.count >= SpoolFile.batchBytes {
+                    try await writer.write(pending)
+                    file.didWrite(Int64(pending.count))
+                    pending.removeAll(keepingCapacity: true)
+                }
+            }
+            guard total == length else {
+                throw Problem.invalid("the request body is shorter than its Content-Length")
+            }
+            if !pending.isEmpty {
+                try await writer.write(pending)
+                file.didWrite(Int64(pending.count))
+            }
+            file.finish()
+        } catch {
+            file.fail()
             throw error
         }
     }
@@ -146,9 +214,12 @@ final class SpoolReservation: Sendable {
 /// One spool file being written through its descriptor, which the `BodyFile` owns.
 struct SpoolFile: Sendable {
     static let namePrefix = "parley-body-"
+    /// Bytes gathered before one write to the file.
+    static let batchBytes = 256 * 1024
     let file: BodyFile
 
-    static func create(in directory: String) async throws -> SpoolFile {
+    /// `filling`: readers may read the file while it is written (`StreamingSpool`).
+    static func create(in directory: String, filling: Bool = false) async throws -> SpoolFile {
         let fd = try await NIOThreadPool.singleton.runIfActive { () -> Int32 in
             // O_TMPFILE (Linux): a file that never has a name.
             let nameless = open(directory, Int32(0o20_200_000) | O_RDWR | O_CLOEXEC, 0o600)
@@ -159,7 +230,7 @@ struct SpoolFile: Sendable {
             return fd
         }
         guard fd >= 0 else { throw Problem(.internalServerError, .internalError, "cannot create a spool file for the request body") }
-        return SpoolFile(file: BodyFile(adopting: fd))
+        return SpoolFile(file: BodyFile(adopting: fd, filling: filling))
     }
 
     func write(_ bytes: [UInt8]) async throws {
