@@ -117,6 +117,22 @@ struct StreamingSpool: Sendable {
         var total: Int64 = 0
         var pending: [UInt8] = []
         pending.reserveCapacity(SpoolFile.batchBytes)
+        // One batch is written (on the blocking pool) while the next one gathers; readers
+        // hear of each batch as soon as it is in the file.
+        var writing: Task<Void, any Error>?
+        let file = self.file
+        func settle() async throws {
+            guard let task = writing else { return }
+            writing = nil
+            try await task.value
+        }
+        func write(_ batch: [UInt8]) async throws {
+            try await settle()
+            writing = Task {
+                try await writer.write(batch)
+                file.didWrite(Int64(batch.count))
+            }
+        }
         do {
             for try await buffer in source {
                 total += Int64(buffer.readableBytes)
@@ -125,20 +141,19 @@ struct StreamingSpool: Sendable {
                 }
                 pending.append(contentsOf: buffer.readableBytesView)
                 if pending.count >= SpoolFile.batchBytes {
-                    try await writer.write(pending)
-                    file.didWrite(Int64(pending.count))
-                    pending.removeAll(keepingCapacity: true)
+                    try await write(pending)
+                    pending = []
+                    pending.reserveCapacity(SpoolFile.batchBytes)
                 }
             }
             guard total == length else {
                 throw Problem.invalid("the request body is shorter than its Content-Length")
             }
-            if !pending.isEmpty {
-                try await writer.write(pending)
-                file.didWrite(Int64(pending.count))
-            }
+            if !pending.isEmpty { try await write(pending) }
+            try await settle()
             file.finish()
         } catch {
+            if let task = writing { _ = try? await task.value }
             file.fail()
             throw error
         }
