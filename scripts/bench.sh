@@ -402,6 +402,32 @@ ul_seen="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["body
 read -r ngul_code ngul_bytes ngul_seconds ngul_speed < <(curl -s -o /dev/null \
   -w '%{http_code} %{size_upload} %{time_total} %{speed_upload}\n' -T "$upload_file" "http://127.0.0.1:$nginx_port/echo/upload")
 [ "$ngul_code" = "200" ] || die "the upload through nginx answered $ngul_code"
+# One transfer of a gigabyte on two shared cores varies by a factor of 1.5 between runs:
+# two more of each, alternating, and the throughputs reported are the medians of three.
+transfer() {  # transfer up|down URL [header] -> "code bytes speed"
+  local direction="$1" url="$2"; shift 2
+  local extra=() out
+  [ "$#" -gt 0 ] && extra=(-H "$1")
+  if [ "$direction" = up ]; then
+    out="$(curl -s -o /dev/null -w '%{http_code} %{size_upload} %{speed_upload}' -T "$upload_file" "${extra[@]}" "$url")"
+  else
+    out="$(curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "${extra[@]}" "$url")"
+  fi
+  set -- $out
+  [ "$1" = 200 ] && [ "$2" = "$(( download_mib << 20 ))" ] || die "a repeated ${direction}load answered $1 with $2 bytes ($url)"
+  echo "$3"
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ul_runs=("$ul_speed") ngul_runs=("$ngul_speed") dl_runs=("$dl_speed") ngdl_runs=("$ngdl_speed")
+for _ in 2 3; do
+  ul_runs+=("$(transfer up "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" "Authorization: Bearer $token")")
+  ngul_runs+=("$(transfer up "http://127.0.0.1:$nginx_port/echo/upload")")
+  dl_runs+=("$(transfer down "http://127.0.0.1:$parley_port/v1/proxy/files/big?mb=$download_mib" "Authorization: Bearer $token")")
+  ngdl_runs+=("$(transfer down "http://127.0.0.1:$nginx_port/files/big?mb=$download_mib")")
+done
+ul_speed="$(median "${ul_runs[@]}")" ngul_speed="$(median "${ngul_runs[@]}")"
+dl_speed="$(median "${dl_runs[@]}")" ngdl_speed="$(median "${ngdl_runs[@]}")"
+mibps_list() { local v out=""; for v in "$@"; do out+="$(awk -v s="$v" 'BEGIN { printf "%.0f", s / 1048576 }') "; done; echo "${out% }"; }
 rm -f "$upload_file"
 unset token token_cc
 
@@ -521,10 +547,10 @@ say "-- resident memory and start-up --"
 say "first start, empty database (runs migrations): $first_start_ms ms to /readyz 200"
 say "cold start to ready (schema current):          $cold_start_ms ms"
 say "idle RSS after start:                          $(mib "$idle_rss_kib") MiB"
-say "${download_mib} MiB proxied download: HTTP $dl_code, $dl_bytes bytes in ${dl_seconds}s = $dl_mibps MiB/s"
+say "${download_mib} MiB proxied download: HTTP $dl_code, $dl_bytes bytes in ${dl_seconds}s (first of three); median $dl_mibps MiB/s of $(mibps_list "${dl_runs[@]}")"
 say "  RSS before $(mib "$rss_before_kib") MiB, peak $(mib "$rss_peak_kib") MiB ($samples samples at 100 ms), growth $(mib "$growth_kib") MiB, after $(mib "$rss_after_kib") MiB"
-say "  the same download through nginx: $ngdl_mibps MiB/s"
-say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s = $ul_mibps MiB/s; through nginx $ngul_mibps MiB/s"
+say "  the same download through nginx: median $ngdl_mibps MiB/s of $(mibps_list "${ngdl_runs[@]}")"
+say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s (first of three); median $ul_mibps MiB/s of $(mibps_list "${ul_runs[@]}"); through nginx $ngul_mibps MiB/s of $(mibps_list "${ngul_runs[@]}")"
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
 say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
 say ""

@@ -177,8 +177,6 @@ final class EasyTransfer {
             }
             uploadFD = file.descriptor  // owned by the BodyFile, which `request` keeps alive
             uploadFile = file
-            // Larger reads from the file: fewer callbacks and send calls per byte (64 KiB by default).
-            try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024), "UPLOAD_BUFFERSIZE")
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
         try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length)), "INFILESIZE_LARGE")
