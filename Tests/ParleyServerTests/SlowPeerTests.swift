@@ -49,6 +49,36 @@ import Glibc
     }
 }
 
+/// `Expect: 100-continue` (curl sends it before bodies over 1 MiB and then holds the body
+/// back for a second): Parley answers `100 Continue` on the head alone, then the final answer.
+@Suite struct ExpectContinueTests {
+    @Test func aClientThatWaitsForContinueHearsItBeforeSendingItsBody() async throws {
+        try await withLiveParley { live in
+            let body = #"{"destination":"sim"}"#
+            let (interim, final, unasked) = try await runOnOwnThread { () -> (String, String, String) in
+                let socket = try SlowClient.connect(port: live.port)
+                defer { close(socket) }
+                try SlowClient.send(
+                    socket,
+                    "POST /v1/registrations HTTP/1.1\r\nHost: parley\r\nContent-Type: application/json\r\n"
+                        + "Content-Length: \(body.utf8.count)\r\nExpect: 100-continue\r\n\r\n")
+                let interim = SlowClient.readSome(socket)  // nothing of the body has been sent yet
+                try SlowClient.send(socket, body)
+                let final = SlowClient.readSome(socket)
+                // The same request without the expectation gets no interim answer.
+                try SlowClient.send(
+                    socket,
+                    "POST /v1/registrations HTTP/1.1\r\nHost: parley\r\nContent-Type: application/json\r\n"
+                        + "Content-Length: \(body.utf8.count)\r\n\r\n" + body)
+                return (interim, final, SlowClient.readSome(socket))
+            }
+            #expect(interim == "HTTP/1.1 100 Continue\r\n\r\n", "\(interim)")
+            #expect(final.hasPrefix("HTTP/1.1 201"), "\(final.prefix(200))")
+            #expect(unasked.hasPrefix("HTTP/1.1 201"), "\(unasked.prefix(200))")
+        }
+    }
+}
+
 /// A blocking client on its own thread that speaks as slowly as a test wants.
 enum SlowClient {
     static func connect(port: Int) throws -> Int32 { try RawHTTP.connectLoopback(port: port) }

@@ -206,7 +206,8 @@ public func buildApplication(
         router: composed.router,
         server: .http1(
             configuration: .init(additionalChannelHandlers: [
-                SlowPeerGuard(headTimeout: configuration.requestHeadTimeout, bodyIdleTimeout: configuration.requestBodyIdleTimeout)
+                SlowPeerGuard(headTimeout: configuration.requestHeadTimeout, bodyIdleTimeout: configuration.requestBodyIdleTimeout),
+                ContinueResponder(),
             ])),
         configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
         services: dependencies.services + composed.services + extraServices,
