@@ -36,41 +36,36 @@ struct SpooledBody: Sendable {
         _ source: S, limit: Int64, memoryLimit: Int, spool: Spool
     ) async throws -> SpooledBody where S.Element == ByteBuffer {
         var memory: [UInt8] = []
-        var file: SpoolFile?
+        var batches: SpoolBatches?
         let reservation = SpoolReservation(spool: spool)
         var total: Int64 = 0
-        var pending: [UInt8] = []
         do {
             for try await buffer in source {
                 total += Int64(buffer.readableBytes)
                 guard total <= limit else {
                     throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
                 }
-                if let open = file {
+                if batches != nil {
                     try reservation.grow(Int64(buffer.readableBytes))
-                    pending.append(contentsOf: buffer.readableBytesView)
-                    if pending.count >= SpoolFile.batchBytes {
-                        try await open.write(pending)
-                        pending.removeAll(keepingCapacity: true)
-                    }
+                    try await batches?.append(buffer.readableBytesView)
                 } else if memory.count + buffer.readableBytes <= memoryLimit {
                     memory.append(contentsOf: buffer.readableBytesView)
                 } else {
                     try reservation.grow(Int64(memory.count + buffer.readableBytes))
-                    let created = try await SpoolFile.create(in: spool.directory)
-                    file = created
-                    pending = memory
-                    pending.append(contentsOf: buffer.readableBytesView)
+                    var started = SpoolBatches(try await SpoolFile.create(in: spool.directory), first: memory)
                     memory = []
+                    try await started.append(buffer.readableBytesView)
+                    batches = started
                 }
             }
-            if let open = file {
-                if !pending.isEmpty { try await open.write(pending) }
-                return SpooledBody(body: .file(open.file, length: total), reservation: reservation)
+            if var spooling = batches {
+                try await spooling.finish()
+                return SpooledBody(body: .file(spooling.file.file, length: total), reservation: reservation)
             }
             reservation.release()
             return SpooledBody(body: memory.isEmpty ? .empty : .bytes(memory), reservation: nil)
         } catch {
+            await batches?.abandon()
             reservation.release()
             throw error
         }
@@ -113,50 +108,75 @@ struct StreamingSpool: Sendable {
     /// A body that breaks off, or runs past its announced length, fails the file (the
     /// exchange reading it aborts) and throws.
     func run<S: AsyncSequence>(_ source: S) async throws where S.Element == ByteBuffer {
-        let writer = SpoolFile(file: file)
+        var batches = SpoolBatches(SpoolFile(file: file))
         var total: Int64 = 0
-        var pending: [UInt8] = []
-        pending.reserveCapacity(SpoolFile.batchBytes)
-        // One batch is written (on the blocking pool) while the next one gathers; readers
-        // hear of each batch as soon as it is in the file.
-        var writing: Task<Void, any Error>?
-        let file = self.file
-        func settle() async throws {
-            guard let task = writing else { return }
-            writing = nil
-            try await task.value
-        }
-        func write(_ batch: [UInt8]) async throws {
-            try await settle()
-            writing = Task {
-                try await writer.write(batch)
-                file.didWrite(Int64(batch.count))
-            }
-        }
         do {
             for try await buffer in source {
                 total += Int64(buffer.readableBytes)
                 guard total <= length else {
                     throw Problem.invalid("the request body is longer than its Content-Length")
                 }
-                pending.append(contentsOf: buffer.readableBytesView)
-                if pending.count >= SpoolFile.batchBytes {
-                    try await write(pending)
-                    pending = []
-                    pending.reserveCapacity(SpoolFile.batchBytes)
-                }
+                try await batches.append(buffer.readableBytesView)
             }
             guard total == length else {
                 throw Problem.invalid("the request body is shorter than its Content-Length")
             }
-            if !pending.isEmpty { try await write(pending) }
-            try await settle()
+            try await batches.finish()
             file.finish()
         } catch {
-            if let task = writing { _ = try? await task.value }
+            await batches.abandon()
             file.fail()
             throw error
         }
+    }
+}
+
+/// Bytes on their way into a spool file: gathered into batches of `SpoolFile.batchBytes`,
+/// each written on the blocking pool while the next one gathers, and announced to the
+/// file's readers (`BodyFile.didWrite`) as soon as it is in the file.
+struct SpoolBatches {
+    let file: SpoolFile
+    private var pending: [UInt8]
+    private var writing: Task<Void, any Error>?
+
+    init(_ file: SpoolFile, first: [UInt8] = []) {
+        self.file = file
+        self.pending = first
+        pending.reserveCapacity(SpoolFile.batchBytes)
+    }
+
+    mutating func append(_ bytes: ByteBufferView) async throws {
+        pending.append(contentsOf: bytes)
+        if pending.count >= SpoolFile.batchBytes { try await flush() }
+    }
+
+    /// Writes what is left and waits until every batch is in the file.
+    mutating func finish() async throws {
+        if !pending.isEmpty { try await flush() }
+        try await settle()
+    }
+
+    /// After a failure: waits for the write in flight, and writes nothing more.
+    func abandon() async {
+        if let writing { _ = try? await writing.value }
+    }
+
+    private mutating func flush() async throws {
+        try await settle()
+        let batch = pending
+        let file = self.file
+        pending = []
+        pending.reserveCapacity(SpoolFile.batchBytes)
+        writing = Task {
+            try await file.write(batch)
+            file.file.didWrite(Int64(batch.count))
+        }
+    }
+
+    private mutating func settle() async throws {
+        guard let task = writing else { return }
+        writing = nil
+        try await task.value
     }
 }
 
