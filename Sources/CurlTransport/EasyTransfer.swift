@@ -22,9 +22,8 @@ final class EasyTransfer {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var uploadBytes: [UInt8] = []
     private var uploadOffset = 0
-    /// The body file's descriptor (not owned here) and the position of the next read.
-    private var uploadFD: Int32 = -1
-    /// The body file while its writer may still be filling it (a streamed spool).
+    /// The body file (its writer may still be filling it: a streamed spool); `uploadOffset`
+    /// is the position of the next read.
     private var uploadFile: BodyFile?
     private var released = false
 
@@ -71,7 +70,7 @@ final class EasyTransfer {
         curl_easy_cleanup(handle)
         if let headerList { curl_slist_free_all(headerList) }
         headerList = nil
-        uploadFD = -1
+        uploadFile = nil
     }
 
     // MARK: Options
@@ -175,8 +174,7 @@ final class EasyTransfer {
             guard file.descriptor >= 0 else {
                 throw TransportError(.invalidRequest, detail: "\(request.host): request body file cannot be opened")
             }
-            uploadFD = file.descriptor  // owned by the BodyFile, which `request` keeps alive
-            uploadFile = file
+            uploadFile = file  // its descriptor is owned by the BodyFile, which `request` keeps alive
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
         try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length)), "INFILESIZE_LARGE")
@@ -258,19 +256,17 @@ final class EasyTransfer {
 
     private func sendBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
-        if uploadFD >= 0 {
+        if let file = uploadFile {
             var count = buffer.count
-            if let file = uploadFile {
-                let state = self.state
-                switch file.readable(from: Int64(uploadOffset), wake: { state.resumeUpload() }) {
-                case .toEnd: break
-                case .upTo(let end): count = Int(min(Int64(count), end - Int64(uploadOffset)))
-                case .wait: return c_parley_readfunc_pause()  // `wake` resumes it
-                case .failed: return c_parley_readfunc_abort()
-                }
+            let state = self.state
+            switch file.readable(from: Int64(uploadOffset), wake: { state.resumeUpload() }) {
+            case .toEnd: break
+            case .upTo(let end): count = Int(min(Int64(count), end - Int64(uploadOffset)))
+            case .wait: return c_parley_readfunc_pause()  // `wake` resumes it
+            case .failed: return c_parley_readfunc_abort()
             }
             while true {
-                let n = pread(uploadFD, base, count, off_t(uploadOffset))
+                let n = pread(file.descriptor, base, count, off_t(uploadOffset))
                 if n >= 0 {
                     uploadOffset += n
                     return n

@@ -34,7 +34,8 @@ struct ProxyController: Sendable {
         let url = try ProxyRules.upstreamURL(destination: destination, rawPath: rawPath, rawQuery: rawQuery)
 
         let limit = destination.requestBodyLimit
-        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > limit {
+        let declared = request.headers[.contentLength].flatMap(Int64.init)
+        if let declared, declared > limit {
             throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
         }
         let ticket: InFlightTicket
@@ -44,10 +45,18 @@ struct ProxyController: Sendable {
         }
         let manager = try conversations.manager(for: registration)
         let headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
+        func exchange(_ spooled: SpooledBody) async -> Result<ConversationResult, any Error> {
+            do {
+                return .success(
+                    try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body)))
+            } catch {
+                return .failure(error)
+            }
+        }
         let started: ContinuousClock.Instant
         let outcome: Result<ConversationResult, any Error>
         let spooled: SpooledBody
-        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > Int64(memoryBodyBytes) {
+        if let declared, declared > Int64(memoryBodyBytes) {
             // Too large for memory and of known length: the exchange sends the body while
             // it is still arriving (and spooled for a replay).
             let streaming = try await StreamingSpool.start(length: declared, spool: spool)
@@ -55,9 +64,7 @@ struct ProxyController: Sendable {
             let body = request.body
             started = .now
             async let filled: Void = streaming.run(body)
-            outcome = await Self.attempt {
-                try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
-            }
+            outcome = await exchange(spooled)
             // The client's body first: when it broke off, that explains the exchange's failure.
             do { try await filled } catch {
                 spooled.remove()
@@ -67,9 +74,7 @@ struct ProxyController: Sendable {
         } else {
             spooled = try await SpooledBody.read(request.body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
             started = .now
-            outcome = await Self.attempt {
-                try await manager.execute(UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
-            }
+            outcome = await exchange(spooled)
         }
         let result: ConversationResult
         switch outcome {
@@ -98,10 +103,6 @@ struct ProxyController: Sendable {
             metrics.observeUpstream(destination: destination.name, duration: ContinuousClock.now - started)
             return try await Self.response(from: upstream, csrf: destination.csrfEnabled, isHead: request.method == .head, ticket: ticket)
         }
-    }
-
-    private static func attempt<T: Sendable>(_ work: () async throws -> T) async -> Result<T, any Error> {
-        do { return .success(try await work()) } catch { return .failure(error) }
     }
 
     /// The upstream's final answer for the client. A status outside 100–599 is the
