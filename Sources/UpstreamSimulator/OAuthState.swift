@@ -1,5 +1,6 @@
 import ParleyEncoding
 import ParleyCrypto
+import Synchronization
 
 /// An OAuth2 error answer (RFC 6749 §5.2): `invalid_client` is `401`, the others `400`.
 struct OAuthError: Error, Sendable {
@@ -52,7 +53,7 @@ struct InjectedTokenFailure: Sendable {
 
 /// Codes, tokens, test controls and counters of the simulated OAuth2 authorization server.
 public final class OAuthState: Sendable {
-    private let data = Locked(Data())
+    private let data = Mutex(Data())
 
     init() {}
 

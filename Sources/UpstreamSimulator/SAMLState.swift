@@ -1,12 +1,13 @@
 import Foundation
 import ParleyCrypto
+import Synchronization
 
 /// The `/sp` service provider's settings and the mock IdP's registered ACS URLs, signing key,
 /// used response IDs and counters.
 public final class SAMLState: Sendable {
     /// The secret the IdP signs assertions with (HMAC-SHA256) and the SP checks them with.
     let signingKey = SecureRandom.bytes(32)
-    private let data = Locked(Data())
+    private let data = Mutex(Data())
 
     init() {}
 
@@ -115,7 +116,7 @@ public final class OTPState: Sendable {
     public static let step = 30
     /// Every user's secret is derived from this one.
     private let masterKey = SecureRandom.bytes(32)
-    private let data = Locked(Counters())
+    private let data = Mutex(Counters())
 
     init() {}
 
@@ -193,7 +194,7 @@ struct WebSession: Sendable {
 
 /// The in-memory sessions of one protected area.
 final class WebSessions: Sendable {
-    private let data = Locked(Data())
+    private let data = Mutex(Data())
 
     var count: Int { data.withLock { $0.sessions.count } }
 

@@ -1,5 +1,6 @@
 import ParleyEncoding
 import ParleyCrypto
+import Synchronization
 
 /// One SMP application registration (`POST …/Connections`).
 public struct SMPRegistration: Sendable, Equatable {
@@ -12,7 +13,7 @@ public struct SMPRegistration: Sendable, Equatable {
 
 /// Sessions, CSRF tokens and registrations of the simulated SMP, with their counters.
 public final class SMPState: Sendable {
-    private let data = Locked(Data())
+    private let data = Mutex(Data())
 
     init() {}
 
