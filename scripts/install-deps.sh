@@ -7,8 +7,9 @@ want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev pkg-config curl opens
 if [ "${1:-}" = "--test" ]; then
   want+=(chromium chromium-driver nginx-light wrk)
   # The real SAML2 identity provider and service provider of the hosted-flow tests
-  # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP.
-  want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 xmlsec1 curl)
+  # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP (behind
+  # Werkzeug's ProxyFix in its proxyfix mode).
+  want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 python3-werkzeug xmlsec1 curl)
   # schemathesis (PyPI) runs in a venv of its own (scripts/schemathesis.sh).
   want+=(python3-venv python3-pip)
   # The deploy kit's checks: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);

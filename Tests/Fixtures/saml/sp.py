@@ -3,20 +3,30 @@
 
 Run with Debian's /usr/bin/python3 (python3-pysaml2 lives in its dist-packages):
 
-    /usr/bin/python3 sp.py --port N --workdir DIR --entity-id ID
+    /usr/bin/python3 sp.py --port N --workdir DIR --entity-id ID [--mode proxyfix [--cookie-domain]]
 
 DIR must hold sp.key, sp.crt and idp-metadata.xml (start.sh writes them).
 
-Behind Parley every external URL is built from the forwarded headers:
-    external base = {X-Forwarded-Proto}://{X-Forwarded-Host}{X-Forwarded-Prefix}
-and without X-Forwarded-Host from its own address, http://127.0.0.1:{port}.
+Two modes, for the two ways real SPs live behind a reverse proxy such as Parley:
+
+default   the app reads the forwarded headers itself, for URLs only:
+              external base = {X-Forwarded-Proto}://{X-Forwarded-Host}{X-Forwarded-Prefix}
+          and without X-Forwarded-Host its own address, http://127.0.0.1:{port}.
+          PYSP_SESSION gets Path=/ whatever the proxy's prefix.
+proxyfix  the app is wrapped in Werkzeug's ProxyFix(x_for=1, x_proto=1, x_host=1,
+          x_prefix=1), which moves X-Forwarded-* into the WSGI environ; the app reads
+          only the environ (PEP 3333: wsgi.url_scheme, HTTP_HOST, SCRIPT_NAME), as a
+          framework mounted below a prefix does, and scopes PYSP_SESSION to the
+          application root it is mounted at: Path={SCRIPT_NAME or /}, e.g.
+          Path=/web/{destination} behind Parley; with --cookie-domain also
+          Domain={HTTP_HOST without port}.
 
 Routes (relative to the external base):
     /SAMLAuthLauncher  no session -> 302 to the IdP (signed AuthnRequest, HTTP-Redirect)
                        session, no finishEndpointParam -> 302 ?finishEndpointParam=done
                        session + finishEndpointParam -> 200 "signed in"
     POST /saml/acs     HTTP-POST binding; signed Response and Assertion required;
-                       sets PYSP_SESSION and 302 to RelayState
+                       sets PYSP_SESSION (scoped as the mode says) and 302 to RelayState
     /api/data          session -> 200 {"user": ..., "via": "pysaml2"}; else the challenge
     /metadata          this SP's metadata for the current external base
 """
@@ -45,11 +55,23 @@ COOKIE = "PYSP_SESSION"
 LOG = logging.getLogger("pysp")
 
 
+def host_without_port(host):
+    """'host:port' -> 'host', '[v6]:port' -> '[v6]'; a host without a port stays as it is."""
+    if host.startswith("[") and "]" in host:
+        return host[:host.index("]") + 1]
+    name, colon, port = host.rpartition(":")
+    return name if colon and port.isdigit() else host
+
+
 class App:
-    def __init__(self, port, workdir, entity_id):
+    def __init__(self, port, workdir, entity_id, proxyfix=False, cookie_domain=False):
         self.port = port
         self.workdir = workdir.rstrip("/")
         self.entity_id = entity_id
+        # proxyfix: behind Werkzeug's ProxyFix, the environ already says how the browser
+        # addressed the app, and the session cookie is scoped to where it is mounted.
+        self.proxyfix = proxyfix
+        self.cookie_domain = cookie_domain
         self.own_base = "http://127.0.0.1:%d" % port
         self.lock = threading.Lock()
         # One pysaml2 client per external base, so the ACS URL in its config
@@ -65,6 +87,8 @@ class App:
     # ---- helpers -------------------------------------------------------
 
     def external_base(self, environ):
+        if self.proxyfix:
+            return self.environ_base(environ)
         host = environ.get("HTTP_X_FORWARDED_HOST")
         if not host:
             return self.own_base
@@ -75,6 +99,24 @@ class App:
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
         return "%s://%s%s" % (first(proto), first(host), prefix)
+
+    @staticmethod
+    def environ_base(environ):
+        """The application root's URL from the environ alone (PEP 3333's URL reconstruction),
+        as ProxyFix leaves it: {wsgi.url_scheme}://{HTTP_HOST}{SCRIPT_NAME}."""
+        host = environ.get("HTTP_HOST") or "%s:%s" % (environ["SERVER_NAME"], environ["SERVER_PORT"])
+        return "%s://%s%s" % (environ["wsgi.url_scheme"], host, environ.get("SCRIPT_NAME", "").rstrip("/"))
+
+    def session_cookie(self, environ, token):
+        """The Set-Cookie value of a new session: Path=/ in the default mode; in proxyfix
+        mode Path={SCRIPT_NAME or /} and, with --cookie-domain, Domain={host without port}."""
+        if not self.proxyfix:
+            return "%s=%s; Path=/; HttpOnly" % (COOKIE, token)
+        parts = ["%s=%s" % (COOKIE, token), "Path=%s" % (environ.get("SCRIPT_NAME") or "/")]
+        if self.cookie_domain:
+            host = environ.get("HTTP_HOST") or environ["SERVER_NAME"]
+            parts.append("Domain=%s" % host_without_port(host))
+        return "; ".join(parts + ["HttpOnly"])
 
     def config_for(self, base):
         conf = SPConfig()
@@ -245,7 +287,7 @@ class App:
         LOG.info("ACS %s/saml/acs: signed-in user %s (NameID %s, InResponseTo %s)",
                  base, user, name_id, resp.in_response_to)
         target = relay_state if relay_state.startswith(base + "/") else base + "/SAMLAuthLauncher"
-        cookie = "%s=%s; Path=/; HttpOnly" % (COOKIE, token)
+        cookie = self.session_cookie(environ, token)
         return self.redirect(start_response, target, headers=[("Set-Cookie", cookie)])
 
 
@@ -264,16 +306,28 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--entity-id", required=True)
+    ap.add_argument("--mode", choices=("default", "proxyfix"), default="default",
+                    help="proxyfix: behind Werkzeug's ProxyFix, cookie scoped to SCRIPT_NAME")
+    ap.add_argument("--cookie-domain", action="store_true",
+                    help="proxyfix mode: the session cookie also gets Domain={host without port}")
     args = ap.parse_args()
+    if args.cookie_domain and args.mode != "proxyfix":
+        ap.error("--cookie-domain needs --mode proxyfix")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("saml2").setLevel(logging.WARNING)
-    app = App(args.port, args.workdir, args.entity_id)
+    app = App(args.port, args.workdir, args.entity_id,
+              proxyfix=args.mode == "proxyfix", cookie_domain=args.cookie_domain)
     app.client_for(app.own_base)  # load keys and IdP metadata now: fail fast
-    httpd = make_server("127.0.0.1", args.port, app,
+    wsgi = app
+    if app.proxyfix:
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        wsgi = ProxyFix(app, x_for=1, x_proto=1, x_host=1, x_prefix=1)
+    httpd = make_server("127.0.0.1", args.port, wsgi,
                         server_class=ThreadingWSGIServer, handler_class=QuietHandler)
-    LOG.info("pysaml2 SP listening on http://127.0.0.1:%d (entity %s, IdP %s)",
-             args.port, args.entity_id, app.idp_entity_id)
+    LOG.info("pysaml2 SP listening on http://127.0.0.1:%d (entity %s, IdP %s, mode %s%s)",
+             args.port, args.entity_id, app.idp_entity_id, args.mode,
+             ", cookie domain" if args.cookie_domain else "")
     httpd.serve_forever()
 
 

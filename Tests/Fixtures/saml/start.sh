@@ -9,7 +9,10 @@
 #   IDP_PORT=<n> SP_PORT=<n> IDP_PID=<pid> SP_PID=<pid>
 # Logs: <workdir>/idp.log, <workdir>/sp.log. Stop with stop.sh <workdir>.
 # Environment: SAML_FIXTURE_START_TIMEOUT (seconds, default 20),
-#              SAML_FIXTURE_STRICT_ACS=0 to drop the strict-ACS gate (see idp/router.php).
+#              SAML_FIXTURE_STRICT_ACS=0 to drop the strict-ACS gate (see idp/router.php),
+#              SAML_FIXTURE_SP_MODE=proxyfix for an SP behind Werkzeug's ProxyFix whose session
+#                cookie is scoped to the forwarded prefix (default: "default", see sp.py),
+#              SAML_FIXTURE_SP_COOKIE_DOMAIN=1 (proxyfix only) to add Domain=<public host>.
 set -euo pipefail
 
 die() { echo "saml fixture: $*" >&2; exit 1; }
@@ -25,6 +28,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 py=/usr/bin/python3          # Debian's interpreter (python3-pysaml2), not a pyenv/venv one
 ssp=/usr/share/simplesamlphp
 timeout_s=${SAML_FIXTURE_START_TIMEOUT:-20}
+sp_mode=${SAML_FIXTURE_SP_MODE:-default}
+case "$sp_mode" in default|proxyfix) ;; *) die "SAML_FIXTURE_SP_MODE must be default or proxyfix: '$sp_mode'" ;; esac
+sp_args=(--mode "$sp_mode")
+case "${SAML_FIXTURE_SP_COOKIE_DOMAIN:-0}" in
+  0) ;;
+  1) [ "$sp_mode" = proxyfix ] || die "SAML_FIXTURE_SP_COOKIE_DOMAIN=1 needs SAML_FIXTURE_SP_MODE=proxyfix"
+     sp_args+=(--cookie-domain) ;;
+  *) die "SAML_FIXTURE_SP_COOKIE_DOMAIN must be 0 or 1: '$SAML_FIXTURE_SP_COOKIE_DOMAIN'" ;;
+esac
 
 # ---- prerequisites (scripts/install-deps.sh --test installs them) ----------------------------
 missing=()
@@ -32,6 +44,7 @@ command -v php >/dev/null || missing+=(php-cli)
 [ -f "$ssp/www/saml2/idp/SSOService.php" ] || missing+=(simplesamlphp)
 php -r 'exit(extension_loaded("dom") && extension_loaded("mbstring") ? 0 : 1);' 2>/dev/null || missing+=(php-xml/php-mbstring)
 [ -x "$py" ] && "$py" -c 'import saml2' 2>/dev/null || missing+=(python3-pysaml2)
+[ -x "$py" ] && "$py" -c 'import werkzeug.middleware.proxy_fix' 2>/dev/null || missing+=(python3-werkzeug)
 [ -x /usr/bin/xmlsec1 ] || missing+=(xmlsec1)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v curl >/dev/null || missing+=(curl)
@@ -138,7 +151,7 @@ curl -fsS --max-time 5 -o "$workdir/idp-metadata.xml" "$idp_base/saml2/idp/metad
   || fail "could not fetch the IdP metadata"
 
 # ---- start the SP -----------------------------------------------------------
-"$py" -u "$here/sp.py" --port "$sp_port" --workdir "$workdir" --entity-id "$sp_entity_id" \
+"$py" -u "$here/sp.py" --port "$sp_port" --workdir "$workdir" --entity-id "$sp_entity_id" "${sp_args[@]}" \
   </dev/null >>"$workdir/sp.log" 2>&1 &
 sp_pid=$!
 
@@ -160,5 +173,6 @@ IDP_ENTITY_ID=$idp_base/saml2/idp/metadata.php
 IDP_SSO_URL=$idp_base/saml2/idp/SSOService.php
 SP_ENTITY_ID=$sp_entity_id
 REGISTERED_ACS=$registered_acs
+SP_MODE=$sp_mode
 EOF
 echo "IDP_PORT=$idp_port SP_PORT=$sp_port IDP_PID=$idp_pid SP_PID=$sp_pid"
