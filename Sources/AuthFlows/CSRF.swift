@@ -67,6 +67,6 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
         else { return .deliver }
         conversation[CSRFRefetched.self] = true
         cache.set(nil, for: registrationID + "|" + origin)
-        return .restart(reason: "csrf token required")
+        return .restart(reason: .csrfTokenRequired)
     }
 }

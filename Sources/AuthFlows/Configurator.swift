@@ -82,13 +82,24 @@ public struct DestinationConfigurator: Sendable {
     /// Who the manager talks for. A browser on Parley's hosted upstream answers SAML2
     /// and OTP itself and posts its own forms: its manager keeps the session (cookies,
     /// APPCID, certificates) and the Basic credentials, nothing that asks for a person.
-    public enum Audience: Sendable { case api, browser }
+    /// The browser's manager sees the upstream through the hosted upstream's forwarded address
+    /// space: what the upstream sets in the browser's space is stored in its own.
+    public enum Audience: Sendable, Equatable {
+        case api
+        case browser(ForwardedAddressSpace?)
+    }
 
-    public func makeManager(for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api) -> ConversationManager {
+    /// `observers` watch this manager's conversations besides the configurator's own.
+    public func makeManager(
+        for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api, observers extra: [any ConversationObserver] = []
+    ) -> ConversationManager {
+        let observers = self.observers + extra
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
+        var jar: any CookieStorage = RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock)
+        if case .browser(let space?) = audience { jar = ForwardedCookieJar(jar: jar, space: space) }
         let session = SessionConfiguration(
-            cookieJar: RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock),
+            cookieJar: jar,
             headers: headers,
             tls: tlsOptions(for: destination, registration: registration),
             timeouts: destination.timeouts)

@@ -116,3 +116,12 @@ public struct BasicFormChallengeFilter: ChallengeFilter {
         return .interactionRequired(InteractionRequest(kind: .basic, url: challenge.request.url))
     }
 }
+
+/// The kinds of flow the built-in filters ask for; each is hosted by a file of its own in
+/// the server's `FlowKinds/`.
+extension InteractionRequest.Kind {
+    public static let oauth2 = Self(rawValue: "oauth2")
+    public static let saml2 = Self(rawValue: "saml2")
+    public static let otp = Self(rawValue: "otp")
+    public static let basic = Self(rawValue: "basic")
+}

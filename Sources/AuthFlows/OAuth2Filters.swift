@@ -73,7 +73,7 @@ public struct OAuth2ResponseFilter: ResponseFilter {
         let key = participant.key(for: request.url)
         switch try await participant.obtain(key, stale: conversation[OAuth2UsedToken.self]) {
         case .token:
-            return .restart(reason: "oauth2 token renewed")
+            return .restart(reason: .tokenRenewed)
         case .interactionRequired:
             return .interactionRequired(InteractionRequest(kind: .oauth2, scopeKey: key.scopeKey, url: request.url))
         }

@@ -69,13 +69,47 @@ public protocol ResponseFilter: Sendable {
 public enum ResponseDecision: Sendable {
     case deliver
     /// Send the request again (new token, new CSRF token, finished login).
-    case restart(reason: String)
+    case restart(reason: RestartReason)
     case interactionRequired(InteractionRequest)
+}
+
+/// Why a conversation sends its request again. A closed set, so a metric label or a trace
+/// attribute cannot be misspelt; `description` is the trace's wording, `label` the metric's.
+public enum RestartReason: Sendable, Equatable, CustomStringConvertible {
+    /// Credentials were offered for a `401` challenge of this scheme.
+    case challenge(ProtectionSpace.Method)
+    /// A fresh OAuth2 token replaces the one the upstream refused.
+    case tokenRenewed
+    /// The upstream asked for a CSRF token, and one was fetched.
+    case csrfTokenRequired
+
+    public var description: String {
+        switch self {
+        case .challenge(let method): "challenge \(method.rawValue)"
+        case .tokenRenewed: "oauth2 token renewed"
+        case .csrfTokenRequired: "csrf token required"
+        }
+    }
+
+    /// The bounded metric label: `challenge`, `oauth2`, `csrf`.
+    public var label: String {
+        switch self {
+        case .challenge: "challenge"
+        case .tokenRenewed: "oauth2"
+        case .csrfTokenRequired: "csrf"
+        }
+    }
 }
 
 /// A person has to complete a flow before the conversation can go on.
 public struct InteractionRequest: Sendable, Equatable {
-    public enum Kind: String, Sendable { case oauth2, saml2, otp, basic }
+    /// Which kind of flow can help. Open-ended: the filters that ask for a person name their
+    /// kinds, and the server hosts each kind in a file of its own; the engine knows none.
+    public struct Kind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+    }
     public let kind: Kind
     /// The storage URL the flow's result belongs to (OAuth2), if any.
     public let scopeKey: String?
@@ -97,6 +131,9 @@ public protocol ConversationObserver: Sendable {
 public enum ConversationEvent: Sendable {
     case sending(method: String, url: String, attempt: Int)
     case received(status: Int, url: String)
-    case restarting(reason: String)
+    case restarting(reason: RestartReason)
+    /// The final answer (`status`), or nil when a person must act.
     case finished(status: Int?)
+    /// The conversation ended with an error (transport, a filter's failure, too many restarts).
+    case failed(any Error)
 }

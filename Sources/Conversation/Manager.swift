@@ -41,6 +41,9 @@ public struct ConversationManager: Sendable {
     /// Whether exchanges carry W3C trace context (`traceparent`) upstream: the destination's
     /// `propagateTraceContext`. Without a recording span (traces off) nothing is added.
     public let propagateTraceContext: Bool
+    /// True for the copy a filter's side requests run on (a CSRF token fetch): an observer
+    /// that counts the client's conversations leaves theirs out.
+    public private(set) var isSideRequestManager = false
 
     public init(
         transport: any Transport,
@@ -66,10 +69,12 @@ public struct ConversationManager: Sendable {
 
     /// A copy without the first `count` request filters (the seed's side-request manager).
     public func droppingRequestFilters(_ count: Int) -> ConversationManager {
-        ConversationManager(
+        var copy = ConversationManager(
             transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
             challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
             maxRestarts: maxRestarts, logger: logger, propagateTraceContext: propagateTraceContext)
+        copy.isSideRequestManager = true
+        return copy
     }
 
     /// Runs one conversation to its final response. The returned body has not
@@ -78,6 +83,17 @@ public struct ConversationManager: Sendable {
         -> ConversationResult
     {
         let conversation = Conversation(id: id, manager: self)
+        do {
+            return try await run(request, conversation: conversation)
+        } catch {
+            for observer in observers { observer.observe(.failed(error), conversation: conversation) }
+            throw error
+        }
+    }
+
+    /// The restart loop of one conversation.
+    private func run(_ request: UpstreamRequest, conversation: Conversation) async throws -> ConversationResult {
+        let id = conversation.id
         var logger = self.logger
         // Only debug lines use the logger below: skip the metadata copy otherwise.
         if logger.logLevel <= .debug { logger[metadataKey: "conversation.id"] = .string(id) }
@@ -128,7 +144,7 @@ public struct ConversationManager: Sendable {
                     conversation.recordAttempt(for: space)
                     credential = newCredential
                     response.body.discard()
-                    try restart(conversation, attempt: &attempt, reason: "challenge \(space.method.rawValue)", logger: logger, span: span)
+                    try restart(conversation, attempt: &attempt, reason: .challenge(space.method), logger: logger, span: span)
                     continue
                 case .fail(let error):
                     response.body.discard()
@@ -143,7 +159,7 @@ public struct ConversationManager: Sendable {
                 }
             }
 
-            var restartReason: String?
+            var restartReason: RestartReason?
             for filter in responseFilters {
                 switch try await filter.inspect(&final, request: outgoing, conversation: conversation) {
                 case .deliver:
@@ -202,12 +218,12 @@ public struct ConversationManager: Sendable {
         return .notHandled
     }
 
-    private func restart(_ conversation: Conversation, attempt: inout Int, reason: String, logger: Logger, span: any Span) throws {
+    private func restart(_ conversation: Conversation, attempt: inout Int, reason: RestartReason, logger: Logger, span: any Span) throws {
         let count = conversation.recordRestart()
-        ExchangeTrace.restarting(reason, count: count, on: span)
+        ExchangeTrace.restarting(reason.description, count: count, on: span)
         attempt += 1
         for observer in observers { observer.observe(.restarting(reason: reason), conversation: conversation) }
-        logger.debug("conversation restarts", metadata: ["restart.reason": .string(reason), "restart.count": "\(count)"])
+        logger.debug("conversation restarts", metadata: ["restart.reason": .string(reason.description), "restart.count": "\(count)"])
         guard count <= maxRestarts else {
             finish(conversation, status: nil)
             throw ConversationError(.restartLimitExceeded, detail: "the conversation restarted \(count - 1) times; last reason: \(reason)")

@@ -40,7 +40,7 @@ public final class InMemoryRegistrations: RegistrationRepository {
 }
 
 public final class InMemoryFlows: FlowRepository {
-    private let rows = Mutex<[UUID: (flow: FlowRecord, stateHash: [UInt8]?)]>([:])
+    private let rows = Mutex<[UUID: (flow: FlowRecord, callbackHash: [UInt8]?)]>([:])
 
     public init() {}
 
@@ -48,20 +48,22 @@ public final class InMemoryFlows: FlowRepository {
 
     public func insert(_ flow: FlowRecord) async throws { rows.withLock { $0[flow.id] = (flow, nil) } }
 
-    public func begin(id: UUID, stateHash: [UInt8], pkceVerifierSealed: [UInt8]) async throws -> Bool {
+    public func replaceKindState(id: UUID, expected: [UInt8]?, with state: [UInt8]?, callbackHash: [UInt8]?) async throws -> Bool {
         rows.withLock { rows in
-            guard var row = rows[id], row.flow.status == .pending else { return false }
-            row.stateHash = stateHash
-            row.flow.pkceVerifierSealed = pkceVerifierSealed
+            guard var row = rows[id], row.flow.status == .pending, row.flow.kindState == expected else { return false }
+            row.flow.kindState = state
+            row.callbackHash = callbackHash
             rows[id] = row
             return true
         }
     }
 
-    public func claim(stateHash: [UInt8]) async throws -> FlowRecord? {
+    public func claim(callbackHash: [UInt8]) async throws -> FlowRecord? {
         rows.withLock { rows in
-            guard let (id, row) = rows.first(where: { $0.value.stateHash == stateHash && $0.value.flow.status == .pending }) else { return nil }
-            rows[id]?.stateHash = nil
+            guard let (id, row) = rows.first(where: { $0.value.callbackHash == callbackHash && $0.value.flow.status == .pending }) else {
+                return nil
+            }
+            rows[id]?.callbackHash = nil
             return row.flow
         }
     }
@@ -79,25 +81,10 @@ public final class InMemoryFlows: FlowRepository {
             guard var row = rows[id], row.flow.status == .pending else { return false }
             row.flow.status = status
             row.flow.error = error
-            row.flow.pkceVerifierSealed = nil
-            row.stateHash = nil
+            row.flow.kindState = nil
+            row.callbackHash = nil
             rows[id] = row
             return true
-        }
-    }
-
-    public func recordFailedAttempt(id: UUID) async throws -> Int {
-        rows.withLock { rows in
-            rows[id]?.flow.failedAttempts += 1
-            return rows[id]?.flow.failedAttempts ?? 0
-        }
-    }
-
-    public func requireSecondFactor(id: UUID, otpForm: String) async throws {
-        rows.withLock { rows in
-            guard rows[id]?.flow.status == .pending else { return }
-            rows[id]?.flow.secondFactor = true
-            rows[id]?.flow.challengeURL = otpForm
         }
     }
 }

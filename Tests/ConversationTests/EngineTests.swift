@@ -42,7 +42,7 @@ struct RestartingFilter: ResponseFilter {
     {
         let seen = (conversation[AttemptsKey.self] ?? 0) + 1
         conversation[AttemptsKey.self] = seen
-        return seen <= restarts ? .restart(reason: "test \(seen)") : .deliver
+        return seen <= restarts ? .restart(reason: .tokenRenewed) : .deliver
     }
 }
 

@@ -62,14 +62,14 @@ public struct ParleyDependencies: Sendable {
         configuration: ParleyConfiguration, store: PostgresStore, transport: any Transport, clock: any WallClock = SystemClock(),
         logger: Logger
     ) -> ParleyDependencies {
-        let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.databaseURL), logger: logger)
+        let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.database.url), logger: logger)
         let signals = PostgresFlowSignals(store: store, listener: listener)
         var dependencies = ParleyDependencies(
             registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store),
-            cookies: PostgresCookies(store: store, keyRing: configuration.keyRing),
-            tokens: PostgresTokens(store: store, keyRing: configuration.keyRing), audit: PostgresAudit(store: store),
-            administration: PostgresAdministration(store: store, keyRing: configuration.keyRing),
-            flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.migrations), transport: transport,
+            cookies: PostgresCookies(store: store, keyRing: configuration.keys.keyRing),
+            tokens: PostgresTokens(store: store, keyRing: configuration.keys.keyRing), audit: PostgresAudit(store: store),
+            administration: PostgresAdministration(store: store, keyRing: configuration.keys.keyRing),
+            flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
         dependencies.storeStatistics = {
             let s = store.statistics
@@ -88,10 +88,14 @@ public func buildRouter(
 
 /// The composition root: wires the rooms once, from configuration and dependencies;
 /// returns the router with every route and the services the rooms need running.
+///
+/// `additionalFlowKinds` registers kinds beyond the built-in ones (a test's throwaway kind
+/// proves that a kind is one file plus one line).
 func compose(
-    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger
+    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger,
+    additionalFlowKinds: [@Sendable (FlowKindEnvironment) -> any FlowKindHandler] = []
 ) -> (router: Router<ParleyRequestContext>, services: [any Service]) {
-    let secrets = Secrets(keyRing: configuration.keyRing)
+    let secrets = Secrets(keyRing: configuration.keys.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
@@ -101,17 +105,21 @@ func compose(
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
+    let binding = HostedBinding(publicURL: configuration.server.publicURL)
     let conversations = Conversations(
         destinations: configuration.destinations, configurator: configurator,
-        managers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock),
-        browserManagers: ManagerCache(idleTimeout: configuration.managerIdleTimeout, clock: d.clock), secrets: secrets, cookies: d.cookies,
-        csrfTokens: csrfTokens)
+        managers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock),
+        browserManagers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock), secrets: secrets, cookies: d.cookies,
+        csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) },
+        accounting: { registration, destination in
+            [ConversationAccounting(registration: registration, destination: destination, limits: limits, metrics: metrics)]
+        })
     let clientTokens = ClientTokens(registrations: d.registrations)
     let invalidation = CacheInvalidation(
         signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
     var flows = FlowService(
-        flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.publicURL,
+        flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.server.publicURL,
         completions: [
             .smpRegistration: SMPActivation(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
@@ -121,19 +129,19 @@ func compose(
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
         secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock)
-    let binding = HostedBinding(publicURL: configuration.publicURL)
-    // The flow kinds: one line each.
-    let kinds = FlowKinds([
-        OAuth2AuthorizationCodeFlow(
-            flows: d.flows, lifecycle: flows, registrations: d.registrations, conversations: conversations, broker: broker,
-            secrets: secrets, clock: d.clock, publicURL: configuration.publicURL),
-        SAML2Flow(hosted: binding),
-        OTPFlow(hosted: binding, flows: flows, registrations: d.registrations, conversations: conversations),
-        BasicFormFlow(
-            flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, invalidation: invalidation, limits: limits,
-            publicURL: configuration.publicURL),
-    ])
-    let spool = Spool(directory: configuration.spoolDirectory, quotaBytes: configuration.spoolQuotaBytes)
+    let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
+    let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
+    let environment = FlowKindEnvironment(
+        flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, hosted: binding, clock: d.clock,
+        publicURL: configuration.server.publicURL)
+    // The flow kinds: one line each, in the order `POST /v1/flows` without `kind` prefers them.
+    let kinds = FlowKinds(
+        [
+            SAML2Flow(environment),
+            OAuth2AuthorizationCodeFlow(environment, broker: broker),
+            OTPFlow(environment),
+            BasicFormFlow(environment, invalidation: invalidation, limits: limits),
+        ] + additionalFlowKinds.map { $0(environment) })
     // What /metrics reads at each scrape: pool, spool, cache hit ratios.
     let statisticsSource = d.storeStatistics
     let cookieCache = d.cookies as? any CacheStatisticsSource
@@ -156,22 +164,22 @@ func compose(
     let swept = spool.sweep()
     if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
     let hostedUpstream = HostedUpstream(
-        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, spool: spool)
+        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange)
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
-        registrations: RegistrationsController(service: registrations, limits: limits, maxJSONBytes: configuration.maxJSONBytes),
-        flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.maxJSONBytes),
+        registrations: RegistrationsController(service: registrations, limits: limits, maxJSONBytes: configuration.limits.maxJSONBytes),
+        flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations),
-        proxy: ProxyController(
-            conversations: conversations, flows: flows, metrics: metrics, limits: limits,
-            inFlight: InFlightLimits(perRegistration: configuration.maxInFlightPerRegistration),
-            memoryBodyBytes: configuration.memoryBodyBytes, spool: spool),
+        proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
+        proxyAdmission: ProxyAdmission(
+            conversations: conversations, limits: limits,
+            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration), metrics: metrics),
         admin: AdminController(
             administration: Administration(
                 repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
                 invalidation: invalidation, audit: audit),
-            service: registrations, maxJSONBytes: configuration.maxJSONBytes),
+            service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes)
 
@@ -186,11 +194,11 @@ func compose(
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
-    addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.adminTokenHashes)
+    addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.keys.adminTokenHashes)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(
-        usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.auditRetention,
-        clock: d.clock, logger: logger, usageInterval: configuration.tokenUsageInterval)
+        usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.housekeeping.auditRetention,
+        clock: d.clock, logger: logger, usageInterval: configuration.housekeeping.tokenUsageInterval)
     return (router, [invalidation, housekeeping])
 }
 
@@ -206,10 +214,10 @@ public func buildApplication(
         router: composed.router,
         server: .http1(
             configuration: .init(additionalChannelHandlers: [
-                SlowPeerGuard(headTimeout: configuration.requestHeadTimeout, bodyIdleTimeout: configuration.requestBodyIdleTimeout),
+                SlowPeerGuard(headTimeout: configuration.timeouts.requestHead, bodyIdleTimeout: configuration.timeouts.requestBodyIdle),
                 ContinueResponder(),
             ])),
-        configuration: .init(address: .hostname(configuration.listenHost, port: configuration.listenPort), serverName: nil),
+        configuration: .init(address: .hostname(configuration.server.host, port: configuration.server.port), serverName: nil),
         services: dependencies.services + composed.services + extraServices,
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
         logger: logger)

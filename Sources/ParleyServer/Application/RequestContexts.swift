@@ -12,6 +12,8 @@ public struct ParleyRequestContext: RequestContext {
     public var admin: AdminIdentity?
     /// The peer's IP address (the balancer's, behind one).
     public let peerAddress: String?
+    /// Set by `ProxyAdmission`: the proxied request's in-flight slot, held until its answer is written.
+    var inFlight: InFlightTicket?
 
     public init(source: Source) {
         coreContext = .init(source: source)
@@ -23,11 +25,14 @@ public struct ParleyRequestContext: RequestContext {
 public struct ClientRequestContext: ChildRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let registration: RegistrationRecord
+    /// The in-flight slot `ProxyAdmission` gave a proxied request.
+    let inFlight: InFlightTicket?
 
     public init(context: ParleyRequestContext) throws {
         guard let registration = context.registration else { throw Problem.invalidClientToken }
         coreContext = context.coreContext
         self.registration = registration
+        inFlight = context.inFlight
     }
 }
 

@@ -7,6 +7,7 @@ struct Controllers: Sendable {
     let flows: FlowsController
     let flowPages: FlowPagesController
     let proxy: ProxyController
+    let proxyAdmission: ProxyAdmission
     let admin: AdminController
     let hostedUpstream: HostedUpstream
     /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
@@ -38,6 +39,7 @@ func addRoutes(
     // The proxy: any forwarded method, the raw target judged by the handler.
     let proxy = router.group("/v1/proxy")
         .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true))
+        .add(middleware: c.proxyAdmission)
         .group(context: ClientRequestContext.self)
     for method in ProxyController.methods {
         proxy.on("", method: method, use: c.proxy.forward)

@@ -9,15 +9,15 @@ struct FlowsController: Sendable {
     let conversations: Conversations
     let maxJSONBytes: Int
 
-    /// Proactive login. Without `kind`, the destination's first interactive method
-    /// among saml2, oauth2 (authorization code) and basic (form).
+    /// Proactive login. Without `kind`, the first kind the destination offers, in the order
+    /// the kinds are registered (saml2, oauth2 authorization code, basic form).
     @Sendable func create(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let input = try await JSONBody.decode(StartFlow.self, from: request, limit: maxJSONBytes)
         let destination = try conversations.destination(of: try context.approvedRegistration())
         let offered = kinds.offered(by: destination)
         let kind: FlowKind
         if let requested = input.kind {
-            guard let k = FlowKind(rawValue: requested), offered.contains(k) else {
+            guard let k = kinds.kind(named: requested), offered.contains(k) else {
                 throw Problem.invalid("this destination offers no '\(requested.prefix(32))' flow")
             }
             kind = k

@@ -17,14 +17,29 @@ struct BasicFormFlow: FlowKindHandler {
     static let maxAttempts = 5
     static let maxFieldLength = 256
 
+    /// Wrong credentials entered in this flow's form so far (sealed in the row).
+    struct State: Codable, Sendable { var failedAttempts: Int }
+
     let kind: FlowKind = .basic
     let flows: FlowService
     let registrations: any RegistrationRepository
     let conversations: Conversations
     let secrets: Secrets
+    let state: FlowKindState<State>
     let invalidation: CacheInvalidation
     let limits: RateLimits
     let publicURL: String
+
+    init(_ environment: FlowKindEnvironment, invalidation: CacheInvalidation, limits: RateLimits) {
+        flows = environment.flows
+        registrations = environment.registrations
+        conversations = environment.conversations
+        secrets = environment.secrets
+        state = environment.state(State.self)
+        self.invalidation = invalidation
+        self.limits = limits
+        publicURL = environment.publicURL
+    }
 
     func isOffered(by destination: Destination) -> Bool { destination.basic?.form == true }
 
@@ -35,7 +50,7 @@ struct BasicFormFlow: FlowKindHandler {
         return form(flow, secret: secret, destination: destination, error: nil)
     }
 
-    var routes: [FlowRoute] {
+    func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
             FlowRoute(path: "/flows/{id}/credentials", methods: [.post]) { request, context in
                 await Page.guarding { try await submit(request, context) }
@@ -87,7 +102,11 @@ struct BasicFormFlow: FlowKindHandler {
             return Page.redirect(flows.doneURL(flow), status: .seeOther)
         }
         limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
-        let attempts = try await flows.flows.recordFailedAttempt(id: flow.id)
+        var attempts = 0
+        _ = try await state.update(flow) { current in
+            attempts = (current?.failedAttempts ?? 0) + 1
+            current = State(failedAttempts: attempts)
+        }
         context.logger.info("basic form credentials refused upstream", metadata: ["flow.id": .string(flow.idString), "attempts": "\(attempts)"])
         if attempts >= Self.maxAttempts {
             try await flows.finish(flow, status: .failed, error: "too_many_attempts", logger: context.logger)
@@ -102,7 +121,7 @@ struct BasicFormFlow: FlowKindHandler {
     ) async throws -> Bool {
         var material = try secrets.material(of: registration)
         material.credentials = credentials
-        let manager = conversations.configurator.makeManager(for: destination, registration: material, audience: .browser)
+        let manager = conversations.configurator.makeManager(for: destination, registration: material, audience: .browser(nil))
         guard case .response(let response) = try await manager.execute(UpstreamRequest(method: "GET", url: url ?? destination.baseURL + "/"))
         else { return false }
         response.body.discard()

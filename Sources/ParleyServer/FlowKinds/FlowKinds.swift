@@ -1,18 +1,22 @@
 import AuthFlows
 import Conversation
+import Foundation
 import Hummingbird
+import Logging
 
-/// A browser route a flow kind serves (its callback, a hosted upstream), mounted
-/// with the hosted pages, outside the thin-client API.
+/// A browser route a flow kind serves (its callback), mounted with the hosted pages,
+/// outside the thin-client API.
 struct FlowRoute: Sendable {
     let path: String
     let methods: [HTTPRequest.Method]
     let handler: @Sendable (Request, ParleyRequestContext) async throws -> Response
 }
 
-/// What a kind of interactive flow does in the browser. One file per kind under
-/// `FlowKinds/`, one line in `buildApplication` to register it; the flow's life
-/// (creation, long-poll, expiry, finishing once) is `FlowService`'s.
+/// What a kind of interactive flow does. A kind is one file under `FlowKinds/` plus one line
+/// in `compose` that registers it; the order of those lines is the order in which
+/// `POST /v1/flows` without `kind` picks one. The flow's life (creation, long-poll, expiry,
+/// finishing once) is `FlowService`'s; what a kind keeps between pages is its own
+/// `FlowKindState`, sealed in the flow row.
 protocol FlowKindHandler: Sendable {
     var kind: FlowKind { get }
     /// Whether a destination offers this kind for a proactive login (`POST /v1/flows`).
@@ -21,40 +25,106 @@ protocol FlowKindHandler: Sendable {
     func scopeKey(for destination: Destination) -> String?
     /// The start page of a pending flow whose secret (`secret`, from its URL) checked out.
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response
-    /// Callbacks and other browser routes this kind needs.
-    var routes: [FlowRoute] { get }
+    /// Callbacks and other browser routes this kind needs; `kinds` are all registered kinds.
+    func routes(_ kinds: FlowKinds) -> [FlowRoute]
 }
 
-/// What the hosted upstream does after an upstream answer.
-enum HostedVerdict: Sendable { case forward, complete }
+extension FlowKindHandler {
+    func routes(_ kinds: FlowKinds) -> [FlowRoute] { [] }
+}
+
+/// What the hosted upstream does with an upstream answer on the web path.
+enum HostedVerdict: Sendable, Equatable { case forward, complete }
 
 /// A flow kind whose browser sees the upstream through `/web/{destination}/…`.
 protocol HostedFlowKind: FlowKindHandler {
-    /// Looks at each upstream answer on the web path: is the flow's finish condition met?
-    func verdict(
-        requestURL: String, response: inout UpstreamResponse, flow: FlowRecord, destination: Destination
+    /// Looks at each upstream answer on the web path (its `Location` already in the
+    /// upstream's address space) and decides: forward it to the browser (the kind may change
+    /// its `Location`, and its own state, e.g. to follow a second factor), or the flow is
+    /// complete.
+    func answer(
+        _ response: inout UpstreamResponse, requestURL: String, flow: FlowRecord, destination: Destination, logger: Logger
     ) async throws -> HostedVerdict
 }
 
-/// The registered flow kinds.
-struct FlowKinds: Sendable {
-    /// Without `kind`, `POST /v1/flows` takes the first offered in this order.
-    static let preference: [FlowKind] = [.saml2, .oauth2, .basic]
+/// A flow kind that may be waiting for a one-time passcode (`/callback/otp`).
+protocol PasscodeAwaiting: FlowKindHandler {
+    /// The upstream OTP form the passcode goes to, when this flow awaits one.
+    func passcodeForm(of flow: FlowRecord) throws -> String?
+}
 
-    let handlers: [FlowKind: any FlowKindHandler]
+/// What every flow kind is built from: the rooms they share, made once by `compose`.
+struct FlowKindEnvironment: Sendable {
+    let flows: FlowService
+    let registrations: any RegistrationRepository
+    let conversations: Conversations
+    let secrets: Secrets
+    let hosted: HostedBinding
+    let clock: any WallClock
+    let publicURL: String
+
+    /// The sealed state store for a kind whose state is `State`.
+    func state<State: Codable & Sendable>(_ type: State.Type) -> FlowKindState<State> {
+        FlowKindState(flows: flows.flows, secrets: secrets)
+    }
+}
+
+/// A kind's own state, as JSON sealed into its flow's `kindState` (bound to the row), and
+/// changed by compare-and-set so two browsers acting on one flow cannot lose a change.
+struct FlowKindState<State: Codable & Sendable>: Sendable {
+    static var maxAttempts: Int { 8 }
+
+    let flows: any FlowRepository
+    let secrets: Secrets
+
+    /// The state the flow holds, or nil when it holds none.
+    func read(_ flow: FlowRecord) throws -> State? {
+        guard let bytes = try secrets.kindState(of: flow) else { return nil }
+        return try JSONDecoder().decode(State.self, from: Data(bytes))
+    }
+
+    /// Changes the state of a pending flow and files it under `callbackHash` (nil: under
+    /// nothing). Returns the flow as stored afterwards, or nil when it is no longer pending.
+    @discardableResult
+    func update(_ flow: FlowRecord, callbackHash: [UInt8]? = nil, _ change: (inout State?) throws -> Void) async throws -> FlowRecord? {
+        var current = flow
+        for _ in 0..<Self.maxAttempts {
+            guard current.status == .pending else { return nil }
+            var state = try read(current)
+            try change(&state)
+            let sealed = try state.map { secrets.seal(kindState: Array(try JSONEncoder().encode($0)), flowID: current.idString) }
+            if try await flows.replaceKindState(id: current.id, expected: current.kindState, with: sealed, callbackHash: callbackHash) {
+                current.kindState = sealed
+                return current
+            }
+            guard let fresh = try await flows.find(id: flow.id) else { return nil }
+            current = fresh
+        }
+        throw FlowKindStateError.contended
+    }
+}
+
+/// A flow's state kept changing under one update; the caller answers with a failure page.
+enum FlowKindStateError: Error, Sendable { case contended }
+
+/// The registered flow kinds, in the order they were registered.
+struct FlowKinds: Sendable {
+    let handlers: [any FlowKindHandler]
 
     init(_ handlers: [any FlowKindHandler]) {
-        self.handlers = Dictionary(handlers.map { ($0.kind, $0) }, uniquingKeysWith: { first, _ in first })
+        var seen: Set<FlowKind> = []
+        self.handlers = handlers.filter { seen.insert($0.kind).inserted }
     }
 
-    subscript(kind: FlowKind) -> (any FlowKindHandler)? { handlers[kind] }
+    subscript(kind: FlowKind) -> (any FlowKindHandler)? { handlers.first { $0.kind == kind } }
 
-    /// Kinds a destination offers for a proactive login, in the contract's order.
+    /// The registered kind called `name`, if any.
+    func kind(named name: String) -> FlowKind? { handlers.first { $0.kind.rawValue == name }?.kind }
+
+    /// Kinds a destination offers for a proactive login, in registration order.
     func offered(by destination: Destination) -> [FlowKind] {
-        Self.preference.filter { handlers[$0]?.isOffered(by: destination) == true }
+        handlers.filter { $0.isOffered(by: destination) }.map(\.kind)
     }
 
-    var routes: [FlowRoute] {
-        handlers.keys.sorted { $0.rawValue < $1.rawValue }.flatMap { handlers[$0]?.routes ?? [] }
-    }
+    var routes: [FlowRoute] { handlers.flatMap { $0.routes(self) } }
 }

@@ -11,15 +11,29 @@ import ParleyEncoding
 /// `/callback/oauth2` claims the flow by its state exactly once, exchanges the code
 /// and stores the tokens.
 struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
+    /// What the flow keeps between its start page and the callback (sealed in the row).
+    struct State: Codable, Sendable { var pkceVerifier: String }
+
     let kind: FlowKind = .oauth2
     let flows: any FlowRepository
     let lifecycle: FlowService
     let registrations: any RegistrationRepository
     let conversations: Conversations
     let broker: OAuth2Broker
-    let secrets: Secrets
+    let state: FlowKindState<State>
     let clock: any WallClock
     let publicURL: String
+
+    init(_ environment: FlowKindEnvironment, broker: OAuth2Broker) {
+        flows = environment.flows.flows
+        lifecycle = environment.flows
+        registrations = environment.registrations
+        conversations = environment.conversations
+        self.broker = broker
+        state = environment.state(State.self)
+        clock = environment.clock
+        publicURL = environment.publicURL
+    }
 
     var redirectURI: String { publicURL + "/callback/oauth2" }
 
@@ -31,14 +45,17 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         guard let settings = destination.oauth2, settings.grant == .authorizationCode, let endpoint = settings.authorizationEndpoint else {
             return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
         }
-        let state = SecureRandom.token(byteCount: 32)
+        // Each opening of the start page mints a new `state` (the flow is filed under its hash)
+        // and PKCE verifier; the last one opened is the one the callback accepts.
+        let callbackState = SecureRandom.token(byteCount: 32)
         let verifier = PKCE.verifier()
-        let sealed = secrets.seal(pkceVerifier: verifier, flowID: flow.idString)
-        guard try await flows.begin(id: flow.id, stateHash: SHA256.hash(Array(state.utf8)), pkceVerifierSealed: sealed) else {
+        guard
+            try await state.update(flow, callbackHash: SHA256.hash(Array(callbackState.utf8)), { $0 = State(pkceVerifier: verifier) }) != nil
+        else {
             return Page.redirect(lifecycle.doneURL(flow), status: .seeOther)
         }
         var parameters = [
-            ("response_type", "code"), ("client_id", settings.clientID), ("redirect_uri", redirectURI), ("state", state),
+            ("response_type", "code"), ("client_id", settings.clientID), ("redirect_uri", redirectURI), ("state", callbackState),
             ("code_challenge", PKCE.challenge(for: verifier)), ("code_challenge_method", "S256"),
         ]
         if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
@@ -46,7 +63,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         return Page.redirect(endpoint + separator + PercentEncoding.encodeForm(parameters))
     }
 
-    var routes: [FlowRoute] {
+    func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
             FlowRoute(path: "/callback/oauth2", methods: [.get]) { request, context in
                 await Page.guarding {
@@ -61,7 +78,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
     func callback(query: [(String, String)], logger: Logger) async throws -> Response {
         func value(_ name: String) -> String? { query.first { $0.0 == name }?.1 }
         guard let state = value("state"), !state.isEmpty, state.utf8.count <= 256,
-            let flow = try await flows.claim(stateHash: SHA256.hash(Array(state.utf8)))
+            let flow = try await flows.claim(callbackHash: SHA256.hash(Array(state.utf8)))
         else {
             logger.info("oauth2 callback refused: unknown or used state")
             return Page.problem(.invalid("this sign-in answer is not valid, or it was used already"))
@@ -75,7 +92,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             try await lifecycle.finish(flow, status: .failed, error: TokenEndpointClient.safeErrorCode(error), logger: logger)
             return done
         }
-        guard let code = value("code"), !code.isEmpty, let verifier = try secrets.pkceVerifier(of: flow),
+        guard let code = value("code"), !code.isEmpty, let verifier = try self.state.read(flow)?.pkceVerifier,
             let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration),
             let endpoint = conversations.tokenEndpoint(for: destination)

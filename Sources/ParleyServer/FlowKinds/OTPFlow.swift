@@ -12,7 +12,7 @@ import ParleyEncoding
 /// additional parameters, through the hosted upstream; the flow completes at a redirect
 /// carrying the finish parameters. A passcode from an authenticator app can also arrive
 /// at `/callback/otp`: Parley posts it to the OTP form on the flow's behalf.
-struct OTPFlow: HostedFlowKind {
+struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
     static let maxPasscodeLength = 32
 
     let kind: FlowKind = .otp
@@ -20,6 +20,13 @@ struct OTPFlow: HostedFlowKind {
     let flows: FlowService
     let registrations: any RegistrationRepository
     let conversations: Conversations
+
+    init(_ environment: FlowKindEnvironment) {
+        hosted = environment.hosted
+        flows = environment.flows
+        registrations = environment.registrations
+        conversations = environment.conversations
+    }
 
     func isOffered(by destination: Destination) -> Bool { false }  // only a challenge starts one
 
@@ -32,15 +39,35 @@ struct OTPFlow: HostedFlowKind {
         return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: form)
     }
 
-    var routes: [FlowRoute] {
-        [FlowRoute(path: "/callback/otp", methods: [.get, .post]) { request, context in await Page.guarding { try await callback(request, context) } }]
+    /// `/callback/otp` serves every kind that may await a passcode (an OTP flow, or a
+    /// saml2 flow that met its second factor in the browser).
+    func routes(_ kinds: FlowKinds) -> [FlowRoute] {
+        [
+            FlowRoute(path: "/callback/otp", methods: [.get, .post]) { request, context in
+                await Page.guarding { try await callback(request, context, kinds: kinds) }
+            }
+        ]
     }
 
-    func verdict(requestURL: String, response: inout UpstreamResponse, flow: FlowRecord, destination: Destination) async throws
-        -> HostedVerdict
-    {
+    func passcodeForm(of flow: FlowRecord) throws -> String? { flow.challengeURL }
+
+    func answer(
+        _ response: inout UpstreamResponse, requestURL: String, flow: FlowRecord, destination: Destination, logger: Logger
+    ) async throws -> HostedVerdict {
         guard let otp = destination.otp else { return .forward }
+        Self.openFormOnChallenge(&response, requestURL: requestURL, settings: otp)
         return Self.isFinish(requestURL: requestURL, response: response, settings: otp)
+    }
+
+    /// An OTP challenge met in the browser: the browser goes to the OTP form (with the
+    /// additional parameters) instead of where the challenge pointed. The form's URL, or nil.
+    @discardableResult
+    static func openFormOnChallenge(_ response: inout UpstreamResponse, requestURL: String, settings: OTPSettings) -> String? {
+        let detector = OTPDetector(settings: settings)
+        guard let location = detector.challengeLocation(response, requestURL: requestURL) else { return nil }
+        let form = detector.formURL(location)
+        response.headers.set("Location", form)
+        return form
     }
 
     /// The seed's finish: a redirect whose URL carries the finish parameters.
@@ -55,7 +82,7 @@ struct OTPFlow: HostedFlowKind {
     }
 
     /// `GET|POST /callback/otp?flow=…&k=…&passcode=…`: a passcode for a waiting OTP step.
-    func callback(_ request: Request, _ context: ParleyRequestContext) async throws -> Response {
+    func callback(_ request: Request, _ context: ParleyRequestContext, kinds: FlowKinds) async throws -> Response {
         var parameters = PercentEncoding.decodeForm(request.uri.query ?? "") ?? []
         if request.method == .post {
             let body = try await request.body.collect(upTo: 16 * 1024)
@@ -68,7 +95,7 @@ struct OTPFlow: HostedFlowKind {
         case .answered(let page): return page
         }
         // The OTP form came from an upstream's `Location`: Parley posts only under the destination's URL.
-        guard flow.kind == .otp || (flow.kind == .saml2 && flow.secondFactor), let form = flow.challengeURL,
+        guard let awaiting = kinds[flow.kind] as? any PasscodeAwaiting, let form = try awaiting.passcodeForm(of: flow),
             let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration), let otp = destination.otp,
             hosted.publicLocation(forUpstream: form, destination: destination) != nil

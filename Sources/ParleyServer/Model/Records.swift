@@ -59,8 +59,9 @@ public struct RegistrationRecord: Sendable, Equatable {
     }
 }
 
-/// A flow row. The URL secret and the OAuth2 state exist only as hashes (the secret
-/// also sealed, so its owner can read the URL again).
+/// A flow row: what every kind has. The URL secret exists only as a hash (also sealed, so
+/// its owner can read the URL again); whatever else a kind keeps is its own, sealed in
+/// `kindState` (see `FlowKindState`), so this record and the table do not grow per kind.
 public struct FlowRecord: Sendable, Equatable {
     public var id: UUID
     public var registrationID: UUID
@@ -68,7 +69,6 @@ public struct FlowRecord: Sendable, Equatable {
     public var purpose: FlowPurpose
     public var secretHash: [UInt8]
     public var secretSealed: [UInt8]?
-    public var pkceVerifierSealed: [UInt8]?
     public var scopeKey: String?
     public var status: FlowStatus
     public var error: String?
@@ -76,10 +76,8 @@ public struct FlowRecord: Sendable, Equatable {
     /// The upstream URL that met the challenge (basic: retried with the form's
     /// credentials; otp: the OTP form with its additional parameters).
     public var challengeURL: String?
-    /// Wrong credentials entered in a basic form so far.
-    public var failedAttempts: Int
-    /// A saml2 flow that met an OTP challenge finishes at the OTP finish condition.
-    public var secondFactor: Bool
+    /// The kind's own state, sealed and bound to this row; opaque to everything but the kind.
+    public var kindState: [UInt8]?
     public var expiresAt: Date
     public var createdAt: Date
 
@@ -87,9 +85,8 @@ public struct FlowRecord: Sendable, Equatable {
 
     public init(
         id: UUID, registrationID: UUID, kind: FlowKind, purpose: FlowPurpose, secretHash: [UInt8], secretSealed: [UInt8]?,
-        pkceVerifierSealed: [UInt8]? = nil, scopeKey: String?, status: FlowStatus = .pending, error: String? = nil,
-        returnUrl: String?, challengeURL: String? = nil, failedAttempts: Int = 0, secondFactor: Bool = false, expiresAt: Date,
-        createdAt: Date
+        scopeKey: String?, status: FlowStatus = .pending, error: String? = nil, returnUrl: String?, challengeURL: String? = nil,
+        kindState: [UInt8]? = nil, expiresAt: Date, createdAt: Date
     ) {
         self.id = id
         self.registrationID = registrationID
@@ -97,14 +94,12 @@ public struct FlowRecord: Sendable, Equatable {
         self.purpose = purpose
         self.secretHash = secretHash
         self.secretSealed = secretSealed
-        self.pkceVerifierSealed = pkceVerifierSealed
         self.scopeKey = scopeKey
         self.status = status
         self.error = error
         self.returnUrl = returnUrl
         self.challengeURL = challengeURL
-        self.failedAttempts = failedAttempts
-        self.secondFactor = secondFactor
+        self.kindState = kindState
         self.expiresAt = expiresAt
         self.createdAt = createdAt
     }

@@ -19,21 +19,20 @@ public protocol RegistrationRepository: Sendable {
     @discardableResult func delete(id: UUID) async throws -> Bool
 }
 
-/// Flow rows. Each flow finishes once.
+/// Flow rows. Each flow finishes once. Nothing here is particular to a kind: a kind keeps
+/// its state in the sealed `kindState`, changed by compare-and-set.
 public protocol FlowRepository: Sendable {
     func insert(_ flow: FlowRecord) async throws
-    /// A browser opened the start page: a new `state` (hashed) and PKCE verifier (sealed).
-    func begin(id: UUID, stateHash: [UInt8], pkceVerifierSealed: [UInt8]) async throws -> Bool
-    /// Claims the pending flow a callback's `state` names, exactly once.
-    func claim(stateHash: [UInt8]) async throws -> FlowRecord?
+    /// Replaces a pending flow's kind state when it is still `expected` (compare-and-set), and
+    /// files the flow under `callbackHash` for `claim` (nil: under nothing). False when the flow
+    /// is no longer pending or its state changed meanwhile (read it again and retry).
+    func replaceKindState(id: UUID, expected: [UInt8]?, with state: [UInt8]?, callbackHash: [UInt8]?) async throws -> Bool
+    /// Claims the pending flow filed under `callbackHash`, exactly once.
+    func claim(callbackHash: [UInt8]) async throws -> FlowRecord?
     func latest(registrationID: UUID, purpose: FlowPurpose) async throws -> FlowRecord?
     func find(id: UUID) async throws -> FlowRecord?
-    /// Moves a pending flow to a final status; false when it was no longer pending.
+    /// Moves a pending flow to a final status (its kind state goes); false when it was no longer pending.
     func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool
-    /// One more wrong credential entered in a basic form; returns the new count.
-    func recordFailedAttempt(id: UUID) async throws -> Int
-    /// A saml2 flow met an OTP challenge: it now finishes at the OTP finish; `otpForm` is where the passcode goes.
-    func requireSecondFactor(id: UUID, otpForm: String) async throws
 }
 
 /// A registration's cookie jar, plus a way to drop what this instance remembers of it.

@@ -13,6 +13,10 @@ struct Conversations: Sendable {
     let secrets: Secrets
     let cookies: any CookieRepository
     let csrfTokens: CSRFTokenCache
+    /// Where a destination's upstream is seen by a browser (`PUBLIC_URL/web/{destination}`).
+    let hostedBase: @Sendable (String) -> String
+    /// What watches a registration's API conversations (`ConversationAccounting`).
+    let accounting: @Sendable (RegistrationRecord, Destination) -> [any ConversationObserver]
 
     /// The registration's destination, or `400` when the configuration no longer has it.
     func destination(of registration: RegistrationRecord) throws(Problem) -> Destination {
@@ -26,7 +30,8 @@ struct Conversations: Sendable {
     func manager(for registration: RegistrationRecord) throws -> ConversationManager {
         let destination = try destination(of: registration)
         return try managers.manager(for: registration.id) {
-            configurator.makeManager(for: destination, registration: try secrets.material(of: registration))
+            configurator.makeManager(
+                for: destination, registration: try secrets.material(of: registration), observers: accounting(registration, destination))
         }
     }
 
@@ -35,8 +40,14 @@ struct Conversations: Sendable {
     func browserManager(for registration: RegistrationRecord) throws -> ConversationManager {
         let destination = try destination(of: registration)
         return try browserManagers.manager(for: registration.id) {
-            configurator.makeManager(for: destination, registration: try secrets.material(of: registration), audience: .browser)
+            configurator.makeManager(
+                for: destination, registration: try secrets.material(of: registration), audience: .browser(addressSpace(of: destination)))
         }
+    }
+
+    /// The browser's and the upstream's address spaces of a destination's hosted upstream.
+    func addressSpace(of destination: Destination) -> ForwardedAddressSpace? {
+        ForwardedAddressSpace(publicBase: hostedBase(destination.name), upstreamBase: destination.baseURL)
     }
 
     /// The managers must be rebuilt (a new APPCID, new credentials).
@@ -69,12 +80,6 @@ struct Conversations: Sendable {
 struct MetricsObserver: ConversationObserver {
     let metrics: Metrics
     func observe(_ event: ConversationEvent, conversation: Conversation) {
-        if case .restarting(let reason) = event { metrics.increment(.conversationRestarts, [("reason", Self.category(reason))]) }
-    }
-
-    /// A bounded label: the first word of the filter's reason when it is a known one.
-    static func category(_ reason: String) -> String {
-        let word = reason.prefix { $0.isLetter || $0 == "_" || $0 == "-" }.lowercased()
-        return ["challenge", "csrf", "oauth2", "token", "saml2", "otp", "basic", "smp", "appcid", "session"].contains(word) ? word : "other"
+        if case .restarting(let reason) = event { metrics.increment(.conversationRestarts, [("reason", reason.label)]) }
     }
 }

@@ -57,8 +57,12 @@ struct HostedBinding: Sendable {
     }
 }
 
-/// The web path itself: forwards a bound browser's requests and watches for the
-/// flow kind's finish condition.
+/// The web path itself: forwards a bound browser's requests through the registration's
+/// browser conversation (`UpstreamExchange`) and lets the flow's kind judge each answer.
+///
+/// An upstream that honours the forwarded headers answers in the browser's address space;
+/// its `Location`s are mapped back into its own (`ForwardedAddressSpace`) before a kind
+/// looks at them, as its cookies are before they are stored (the browser manager's jar).
 struct HostedUpstream: Sendable {
     /// Browser requests on the web path are forms and pages, not uploads.
     static let maxBodyBytes: Int64 = 1 << 20
@@ -68,9 +72,7 @@ struct HostedUpstream: Sendable {
     let kinds: FlowKinds
     let registrations: any RegistrationRepository
     let conversations: Conversations
-    let spool: Spool
-
-    // MARK: the web path
+    let exchange: UpstreamExchange
 
     /// `ANY /web/{destination}/…`
     @Sendable func handle(_ request: Request, context: ParleyRequestContext) async throws -> Response {
@@ -80,7 +82,7 @@ struct HostedUpstream: Sendable {
     private func forward(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         let name = context.parameters.get("destination") ?? ""
         guard let destination = conversations.destinations[name] else { return Page.problem(.notFound("no such destination")) }
-        guard let (flow, registration) = try await boundFlow(request, destination: destination) else {
+        guard let (flow, registration, kind) = try await boundFlow(request, destination: destination) else {
             return Page.problem(Problem(.forbidden, .forbidden, "no sign-in is in progress in this browser; start again in the app"))
         }
         switch flow.status {
@@ -88,61 +90,42 @@ struct HostedUpstream: Sendable {
         case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
         case .completed, .failed: return finished(flow, destination: destination)
         }
-        guard let (rawPath, rawQuery) = Self.split(request.uri.string, prefix: "/web/" + name) else {
-            return Page.problem(.invalid("the path is not valid"))
-        }
-        let url = try ProxyRules.upstreamURL(destination: destination, rawPath: rawPath, rawQuery: rawQuery)
-        if let declared = request.headers[.contentLength].flatMap(Int64.init), declared > Self.maxBodyBytes {
-            return Page.problem(Problem(.contentTooLarge, .payloadTooLarge, "the request body is too large"))
-        }
-        var headers = ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) })
+        var outgoing = try exchange.outgoing(request, prefix: "/web/" + name, destination: destination)
         if let parts = binding.publicParts {
-            headers.set("X-Forwarded-Proto", parts.scheme)
-            headers.set("X-Forwarded-Host", parts.port.map { "\(parts.host):\($0)" } ?? parts.host)
-            headers.set("X-Forwarded-Prefix", parts.path + "/web/" + name)
+            outgoing.headers.set("X-Forwarded-Proto", parts.scheme)
+            outgoing.headers.set("X-Forwarded-Host", parts.port.map { "\(parts.host):\($0)" } ?? parts.host)
+            outgoing.headers.set("X-Forwarded-Prefix", parts.path + "/web/" + name)
         }
-        let spooled = try await SpooledBody.read(
-            request.body, limit: Self.maxBodyBytes, memoryLimit: Int(Self.maxBodyBytes), spool: spool)
-        defer { spooled.remove() }
-        let result = try await conversations.browserManager(for: registration).execute(
-            UpstreamRequest(method: request.method.rawValue, url: url, headers: headers, body: spooled.body))
+        let result = try await exchange.send(
+            outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: Self.maxBodyBytes,
+            through: try conversations.browserManager(for: registration))
         guard case .response(var response) = result else {
             return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
         }
-
-        var current = flow
-        // A second factor met in the browser: the same flow follows it and finishes at the OTP finish.
-        if let otp = destination.otp, let location = OTPDetector(settings: otp).challengeLocation(response, requestURL: url) {
-            let form = OTPDetector(settings: otp).formURL(location)
-            if current.kind == .saml2 && !current.secondFactor {
-                try await flows.flows.requireSecondFactor(id: current.id, otpForm: form)
-                current.secondFactor = true
-                current.challengeURL = form
-                context.logger.info("flow continues with a second factor", metadata: ["flow.id": .string(current.idString)])
-            }
-            response.headers.set("Location", form)
+        let space = conversations.addressSpace(of: destination)
+        if let location = response.headers["Location"], let upstream = space?.upstreamLocation(location) {
+            response.headers.set("Location", upstream)
         }
-        if let kind = kinds[current.kind] as? any HostedFlowKind,
-            try await kind.verdict(requestURL: url, response: &response, flow: current, destination: destination) == .complete
-        {
+        if try await kind.answer(&response, requestURL: outgoing.url, flow: flow, destination: destination, logger: context.logger) == .complete {
             response.body.discard()
-            try await flows.finish(current, status: .completed, error: nil, logger: context.logger)
-            return finished(current, destination: destination)
+            try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
+            return finished(flow, destination: destination)
         }
-        return try await browserResponse(response, requestURL: url, destination: destination, isHead: request.method == .head)
+        return try await browserResponse(response, requestURL: outgoing.url, destination: destination, isHead: request.method == .head)
     }
 
-    /// The flow this browser is bound to on this destination's path, with its registration.
-    private func boundFlow(_ request: Request, destination: Destination) async throws -> (FlowRecord, RegistrationRecord)? {
-        for value in Self.cookieValues(request.headers[values: .cookie], named: HostedBinding.cookieName) {
-            let parts = value.split(separator: ".", maxSplits: 1)
-            guard parts.count == 2, let id = UUID(uuidString: String(parts[0])), let flow = try await flows.current(id),
-                constantTimeEquals(SHA256.hash(Array(parts[1].utf8)), flow.secretHash), kinds[flow.kind] is any HostedFlowKind,
-                let registration = try await registrations.find(id: flow.registrationID), registration.destination == destination.name
-            else { continue }
-            return (flow, registration)
-        }
-        return nil
+    /// The flow this browser is bound to on this destination's path, with its registration
+    /// and its kind (a kind that sees the upstream through the web path).
+    private func boundFlow(_ request: Request, destination: Destination) async throws
+        -> (FlowRecord, RegistrationRecord, any HostedFlowKind)?
+    {
+        guard let value = request.cookies[HostedBinding.cookieName]?.value else { return nil }
+        let parts = value.split(separator: ".", maxSplits: 1)
+        guard parts.count == 2, let id = UUID(uuidString: String(parts[0])), let flow = try await flows.current(id),
+            constantTimeEquals(SHA256.hash(Array(parts[1].utf8)), flow.secretHash), let kind = kinds[flow.kind] as? any HostedFlowKind,
+            let registration = try await registrations.find(id: flow.registrationID), registration.destination == destination.name
+        else { return nil }
+        return (flow, registration, kind)
     }
 
     /// The end of the flow in this browser: the done page, and the binding removed.
@@ -161,25 +144,6 @@ struct HostedUpstream: Sendable {
         {
             upstream.headers.set("Location", mapped)
         }
-        return try await ProxyController.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
-    }
-
-    /// The raw path after `prefix` and the raw query; nil when the target does not start with it.
-    static func split(_ target: String, prefix: String) -> (path: String, query: String?)? {
-        let pathPart = target.firstIndex(of: "?").map { target[..<$0] } ?? Substring(target)
-        let query = target.firstIndex(of: "?").map { String(target[target.index(after: $0)...]) }
-        guard pathPart.hasPrefix(prefix) else { return nil }
-        let rest = pathPart.dropFirst(prefix.count)
-        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
-        return (String(rest.dropFirst(rest.isEmpty ? 0 : 1)), query)
-    }
-
-    /// Values of the cookies called `name` in `Cookie` headers.
-    static func cookieValues(_ headers: [String], named name: String) -> [String] {
-        headers.flatMap { $0.split(separator: ";") }.compactMap { pair in
-            let parts = pair.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == name else { return nil }
-            return parts[1].trimmingCharacters(in: .whitespaces)
-        }
+        return try await UpstreamAnswer.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
     }
 }

@@ -12,7 +12,9 @@ enum SealBinding {
         "cookies:\(registrationID)|\(domain)|\(path)|\(name)"
     }
     static func flowSecret(_ id: String) -> String { "flows.secret:\(id)" }
+    /// The PKCE verifier column of instances before migration 0006 (only `parley rekey` reads it).
     static func pkceVerifier(_ id: String) -> String { "flows.pkce:\(id)" }
+    static func flowKindState(_ id: String) -> String { "flows.kind_state:\(id)" }
 }
 
 /// Seals and opens the secrets a registration and its flows keep in their rows.
@@ -55,11 +57,12 @@ struct Secrets: Sendable {
         flow.secretSealed.flatMap { try? keyRing.openString($0, associatedData: SealBinding.flowSecret(flow.idString)) }
     }
 
-    func seal(pkceVerifier: String, flowID: String) -> [UInt8] {
-        keyRing.seal(pkceVerifier, associatedData: SealBinding.pkceVerifier(flowID))
+    /// A flow kind's state, sealed for its row.
+    func seal(kindState: [UInt8], flowID: String) -> [UInt8] {
+        keyRing.seal(kindState, associatedData: SealBinding.flowKindState(flowID))
     }
 
-    func pkceVerifier(of flow: FlowRecord) throws -> String? {
-        try flow.pkceVerifierSealed.map { try keyRing.openString($0, associatedData: SealBinding.pkceVerifier(flow.idString)) }
+    func kindState(of flow: FlowRecord) throws -> [UInt8]? {
+        try flow.kindState.map { try keyRing.open($0, associatedData: SealBinding.flowKindState(flow.idString)) }
     }
 }

@@ -1,0 +1,94 @@
+import AuthFlows
+import Conversation
+import Hummingbird
+
+/// "Send this request through the registration's conversation and hand back the answer":
+/// the one upstream exchange that the proxy (`/v1/proxy/…`) and the hosted upstream
+/// (`/web/{destination}/…`) share. It splits the request target, applies the path and
+/// header rules, keeps the body for replays (in memory, spooled, or sent upstream while it
+/// is still being spooled), and runs the conversation. Failures are thrown as they are;
+/// `Problem.from` is the one place that classifies them.
+struct UpstreamExchange: Sendable {
+    let spool: Spool
+    /// Bodies up to this size stay in memory for a replay; larger ones are spooled.
+    let memoryBodyBytes: Int
+
+    /// A request as it goes upstream, before its body.
+    struct Outgoing: Sendable {
+        var method: String
+        var url: String
+        var headers: HeaderFields
+    }
+
+    /// The upstream request for a client request whose target starts with `prefix`: the URL
+    /// below the destination's (path rules), and the end-to-end headers. `400` for a target
+    /// that does not start with `prefix` or breaks a path rule.
+    func outgoing(_ request: Request, prefix: String, destination: Destination) throws(Problem) -> Outgoing {
+        guard let (rawPath, rawQuery) = RequestTarget.split(request.uri.string, prefix: prefix) else {
+            throw Problem.invalid("the path must start with \(prefix)/")
+        }
+        let url = try ProxyRules.upstreamURL(destination: destination, rawPath: rawPath, rawQuery: rawQuery)
+        return Outgoing(method: request.method.rawValue, url: url, headers: ProxyRules.forwardable(request.headers.map { ($0.name.rawName, $0.value) }))
+    }
+
+    /// Sends `outgoing` with the client's `body` (at most `limit` bytes, `413` beyond)
+    /// through `manager`. The body is kept until the conversation is over, so a restart
+    /// (a challenge, a renewed token, a CSRF retry) can send it again.
+    func send(
+        _ outgoing: Outgoing, body: RequestBody, declaredLength: Int64?, limit: Int64, through manager: ConversationManager
+    ) async throws -> ConversationResult {
+        if let declaredLength, declaredLength > limit {
+            throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
+        }
+        func exchange(_ spooled: SpooledBody) async -> Result<ConversationResult, any Error> {
+            do {
+                return .success(
+                    try await manager.execute(
+                        UpstreamRequest(method: outgoing.method, url: outgoing.url, headers: outgoing.headers, body: spooled.body)))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let spooled: SpooledBody
+        let outcome: Result<ConversationResult, any Error>
+        if let declaredLength, declaredLength > Int64(memoryBodyBytes) {
+            // Too large for memory and of known length: the exchange sends the body while
+            // it is still arriving (and spooled for a replay).
+            let streaming = try await StreamingSpool.start(length: declaredLength, spool: spool)
+            spooled = streaming.spooled
+            async let filled: Void = streaming.run(body)
+            outcome = await exchange(spooled)
+            // The client's body first: when it broke off, that explains the exchange's failure.
+            do { try await filled } catch {
+                spooled.remove()
+                if case .success(.response(let upstream)) = outcome { upstream.body.discard() }
+                throw error
+            }
+        } else {
+            spooled = try await SpooledBody.read(body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
+            outcome = await exchange(spooled)
+        }
+        // The conversation is over: no restart can replay the body any more.
+        spooled.remove()
+        return try outcome.get()
+    }
+}
+
+/// A raw request target below a route prefix.
+enum RequestTarget {
+    /// The raw path after `prefix/` and the raw query; nil when the target does not start
+    /// with `prefix` exactly, at a segment boundary (`//v1/proxy`, absolute form, `/webx`).
+    static func split(_ target: String, prefix: String) -> (path: String, query: String?)? {
+        var pathPart = Substring(target)
+        var query: String?
+        if let mark = target.firstIndex(of: "?") {
+            pathPart = target[..<mark]
+            query = String(target[target.index(after: mark)...])
+        }
+        guard pathPart.hasPrefix(prefix) else { return nil }
+        var rest = pathPart.dropFirst(prefix.count)
+        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
+        if rest.hasPrefix("/") { rest = rest.dropFirst() }
+        return (String(rest), query)
+    }
+}
