@@ -1,7 +1,8 @@
 import Hummingbird
 
 /// A protected area at `/basic-otp` with two factors: HTTP Basic, then the OTP stage, both on the
-/// `BO_SESSION` cookie (`Path=/basic-otp`). External URLs follow `ExternalView` with the mount `/basic-otp`.
+/// `BO_SESSION` cookie (`Path=/basic-otp`, or as `SPSettings.cookieScope` and `cookieDomain` say,
+/// shared with `/sp`). External URLs follow `ExternalView` with the mount `/basic-otp`.
 ///
 /// - `/basic-otp/otp`, `/basic-otp/otp/finished` — the OTP stage (`OTPStage`).
 /// - Anything else: a valid `BO_SESSION`, or Basic credentials that open one (else `401` +
@@ -17,7 +18,8 @@ func addBasicOTPRoutes(to router: Router<BasicRequestContext>, configuration: Si
         {
             return answer
         }
-        let (gate, newCookie) = basicOTPGate(request, view: view, mount: mount, configuration: configuration, otp: state.otp)
+        let (gate, newCookie) = basicOTPGate(
+            request, view: view, mount: mount, configuration: configuration, settings: state.saml.settings, otp: state.otp)
         switch gate {
         case .closed(let answer):
             try await SimHTTP.drain(request.body)
@@ -32,9 +34,11 @@ func addBasicOTPRoutes(to router: Router<BasicRequestContext>, configuration: Si
     }
 }
 
-/// A session from the cookie or from Basic (then its `Set-Cookie` value comes along), then the OTP.
+/// A session from the cookie or from Basic (then its `Set-Cookie` value comes along, scoped as
+/// `settings` say), then the OTP.
 private func basicOTPGate(
-    _ request: Request, view: ExternalView, mount: WebMount, configuration: SimulatorConfiguration, otp: OTPState
+    _ request: Request, view: ExternalView, mount: WebMount, configuration: SimulatorConfiguration, settings: SPSettings,
+    otp: OTPState
 ) -> (Gate, newCookie: String?) {
     var newCookie: String?
     let current: (id: String, session: WebSession)
@@ -42,7 +46,7 @@ private func basicOTPGate(
         current = existing
     } else if SMPAuth.basicMatches(request, configuration) {
         current = mount.sessions.create(user: configuration.basicUsername, smpSession: nil, originalURL: nil)
-        newCookie = mount.sessionCookie(current.id)
+        newCookie = mount.sessionCookie(current.id, view: view, settings: settings)
     } else {
         return (
             .closed(

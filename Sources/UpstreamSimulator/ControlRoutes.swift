@@ -6,6 +6,8 @@ private struct SPSettingsChange: Decodable {
     var binding: SAMLBinding?
     var identifyingHeader: Bool?
     var otp: SPOTPMode?
+    var cookieScope: SPCookieScope?
+    var cookieDomain: Bool?
 }
 
 private struct OTPCodeAnswer: Encodable {
@@ -21,8 +23,9 @@ private struct OTPCodeAnswer: Encodable {
 /// - `POST /sim/oauth/fail-token?status=503&count=N&retryAfter=S` — the next N token calls fail.
 /// - `POST /sim/oauth/token-delay?ms=N` — the token endpoint waits N ms before answering.
 /// - `GET /sim/stats` — `SimulatorStats` as JSON.
-/// - `GET /control/sp` — the `/sp` settings `{"binding","identifyingHeader","otp"}`;
-///   `POST /control/sp` with any of them as JSON changes them (`400` for unknown values).
+/// - `GET /control/sp` — the `/sp` settings `{"binding","identifyingHeader","otp","cookieScope","cookieDomain"}`
+///   (`SPSettings`; the cookie ones also scope `/basic-otp`'s cookie); `POST /control/sp` with any
+///   of them as JSON changes them (`400` for unknown values).
 /// - `GET /control/saml/acs` — the ACS URLs the IdP accepts; `POST /control/saml/acs` with a
 ///   JSON array of strings replaces them.
 /// - `GET /control/otp/code?user=alice` — `{"code":"123456"}`, the user's current passcode.
@@ -90,13 +93,16 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
         let body = try await SimHTTP.collect(request.body)
         guard let change = try? JSONDecoder().decode(SPSettingsChange.self, from: Data(body)) else {
             return SimHTTP.text(
-                #"expected JSON like {"binding":"postForm|redirect","identifyingHeader":true,"otp":"off|afterSAML"}"#,
+                #"expected JSON like {"binding":"postForm|redirect","identifyingHeader":true,"otp":"off|afterSAML","#
+                    + #""cookieScope":"mount|forwardedPrefix|forwardedPrefixSlash","cookieDomain":false}"#,
                 status: .badRequest)
         }
         state.saml.updateSettings { settings in
             if let binding = change.binding { settings.binding = binding }
             if let identifyingHeader = change.identifyingHeader { settings.identifyingHeader = identifyingHeader }
             if let otp = change.otp { settings.otp = otp }
+            if let cookieScope = change.cookieScope { settings.cookieScope = cookieScope }
+            if let cookieDomain = change.cookieDomain { settings.cookieDomain = cookieDomain }
         }
         return Response(status: .noContent)
     }

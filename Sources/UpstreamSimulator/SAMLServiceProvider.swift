@@ -13,8 +13,9 @@ func idpBase(_ configuration: SimulatorConfiguration, _ state: SimulatorState, _
 ///
 /// - `POST /sp/saml/acs` (form `SAMLResponse`, `RelayState`) — checks the mock IdP's response
 ///   (signature, `Destination`/`Recipient` = this ACS URL, audience, expiry, one-time use), opens
-///   the session (`Set-Cookie: SP_SESSION=…; Path=/sp; HttpOnly`) and `302`s to RelayState, or
-///   answers the OTP challenge when OTP is `afterSAML`. `403` text for a bad response.
+///   the session (`Set-Cookie: SP_SESSION=…; Path=/sp; HttpOnly`; the path and a `Domain` follow
+///   `SPSettings.cookieScope` and `cookieDomain`) and `302`s to RelayState, or answers the OTP
+///   challenge when OTP is `afterSAML`. `403` text for a bad response.
 /// - `/sp/otp`, `/sp/otp/finished` — the OTP stage (`OTPStage`), without the SAML gate.
 /// - Anything else needs a session: without one, the SAML challenge (`SPSettings.binding`:
 ///   `200` auto-posting form, or `302` to `{idp}/idp/sso?SAMLRequest=…&RelayState=…`; plus
@@ -120,7 +121,7 @@ private func assertionConsumer(
             state.saml.settings.otp == .afterSAML
             ? OTPStage.challenge(sessionID: id, originalURL: target, view: view, mount: mount, otp: state.otp)
             : .redirect(target)
-        return answer.settingCookie(mount.sessionCookie(id))
+        return answer.settingCookie(mount.sessionCookie(id, view: view, settings: state.saml.settings))
     }
 }
 

@@ -26,7 +26,7 @@ public final class SAMLState: Sendable {
 
     // MARK: Test controls
 
-    /// The SP's binding, identifying header and OTP mode.
+    /// The SP's binding, identifying header, OTP mode and session-cookie scope.
     public var settings: SPSettings {
         get { data.withLock { $0.settings } }
         set { data.withLock { $0.settings = newValue } }

@@ -13,11 +13,14 @@ public struct SimulatorConfiguration: Sendable, Equatable {
     public var oauthClients: [OAuthClient]
     /// How long an access token is valid (`expires_in` rounds it up to whole seconds).
     public var accessTokenLifetime: Duration
-    /// How the `/sp` service provider challenges, whether it names itself, and its second factor
-    /// (the start values; `POST /control/sp` changes them at run time).
+    /// How the `/sp` service provider challenges, whether it names itself, its second factor, and
+    /// how the session cookies of `/sp` and `/basic-otp` are scoped (the start values;
+    /// `POST /control/sp` changes them at run time).
     public var samlBinding: SAMLBinding
     public var samlIdentifyingHeader: Bool
     public var spOTP: SPOTPMode
+    public var spCookieScope: SPCookieScope
+    public var spCookieDomain: Bool
     /// ACS URLs the mock IdP accepts in an AuthnRequest (the start list; `POST /control/saml/acs` replaces it).
     public var samlACSURLs: [String]
     /// Where browsers reach the mock IdP; nil means `http://127.0.0.1:<bound port>`.
@@ -36,6 +39,8 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         samlBinding: SAMLBinding = .postForm,
         samlIdentifyingHeader: Bool = true,
         spOTP: SPOTPMode = .off,
+        spCookieScope: SPCookieScope = .mount,
+        spCookieDomain: Bool = false,
         samlACSURLs: [String] = [],
         idpBaseURL: String? = nil,
         samlAssertionLifetime: Duration = .seconds(300)
@@ -50,6 +55,8 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         self.samlBinding = samlBinding
         self.samlIdentifyingHeader = samlIdentifyingHeader
         self.spOTP = spOTP
+        self.spCookieScope = spCookieScope
+        self.spCookieDomain = spCookieDomain
         self.samlACSURLs = samlACSURLs
         self.idpBaseURL = idpBaseURL
         self.samlAssertionLifetime = samlAssertionLifetime
@@ -57,7 +64,9 @@ public struct SimulatorConfiguration: Sendable, Equatable {
 
     /// The `/sp` settings this configuration starts with.
     public var spSettings: SPSettings {
-        SPSettings(binding: samlBinding, identifyingHeader: samlIdentifyingHeader, otp: spOTP)
+        SPSettings(
+            binding: samlBinding, identifyingHeader: samlIdentifyingHeader, otp: spOTP, cookieScope: spCookieScope,
+            cookieDomain: spCookieDomain)
     }
 }
 
@@ -76,16 +85,46 @@ public enum SPOTPMode: String, Sendable, Codable, CaseIterable {
     case afterSAML
 }
 
+/// Which `Path` the session cookies of `/sp` (`SP_SESSION`) and `/basic-otp` (`BO_SESSION`) get.
+///
+/// Real service providers behind a reverse proxy differ here, and a proxy such as Parley's
+/// `/web/{destination}/…` has to work with each: some scope the cookie to where they are mounted
+/// on their own server and leave the proxy to cope, others honour `X-Forwarded-Prefix` for the
+/// cookie as they do for URLs (Werkzeug's `ProxyFix(x_prefix=1)`, Spring's
+/// `ForwardedHeaderFilter` with Tomcat scoping the session cookie to the context path,
+/// ASP.NET's `UsePathBase`, SAP Web Dispatcher).
+public enum SPCookieScope: String, Sendable, Codable, CaseIterable {
+    /// `Path=/sp` (or `/basic-otp`), whatever the forwarded headers say.
+    case mount
+    /// `Path={X-Forwarded-Prefix}` (`/web/sp`) when the request came through a proxy that sent
+    /// `X-Forwarded-Host` and `X-Forwarded-Prefix` (an empty or `/` prefix gives `Path=/`);
+    /// `Path=/sp` otherwise, as `mount`.
+    case forwardedPrefix
+    /// As `forwardedPrefix`, with a trailing `/` (`Path=/web/sp/`); `Path=/sp` without a prefix.
+    case forwardedPrefixSlash
+}
+
 /// The `/sp` service provider's run-time settings (`GET|POST /control/sp`).
 public struct SPSettings: Codable, Sendable, Equatable {
     public var binding: SAMLBinding
     /// Whether the challenge carries `com.sap.cloud.security.login: login-request`.
     public var identifyingHeader: Bool
     public var otp: SPOTPMode
+    /// The `Path` of the `/sp` and `/basic-otp` session cookies.
+    public var cookieScope: SPCookieScope
+    /// Whether those cookies also get `Domain={X-Forwarded-Host without its port}` when the request
+    /// came through a proxy that sent `X-Forwarded-Host`, as an SP configured with its public host
+    /// name does; never without that header.
+    public var cookieDomain: Bool
 
-    public init(binding: SAMLBinding = .postForm, identifyingHeader: Bool = true, otp: SPOTPMode = .off) {
+    public init(
+        binding: SAMLBinding = .postForm, identifyingHeader: Bool = true, otp: SPOTPMode = .off,
+        cookieScope: SPCookieScope = .mount, cookieDomain: Bool = false
+    ) {
         self.binding = binding
         self.identifyingHeader = identifyingHeader
         self.otp = otp
+        self.cookieScope = cookieScope
+        self.cookieDomain = cookieDomain
     }
 }

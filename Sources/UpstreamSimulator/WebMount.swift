@@ -22,17 +22,27 @@ struct ExternalView: Sendable {
     let path: String
     /// The raw query without `?`, if any.
     let query: String?
+    /// `X-Forwarded-Host` as sent (port included), nil when the request did not come through a proxy.
+    let forwardedHost: String?
+    /// `X-Forwarded-Prefix` without trailing `/` (`""` for the proxy's root), nil when it was not
+    /// sent or `X-Forwarded-Host` was not (then the prefix is ignored, as for `base`).
+    let forwardedPrefix: String?
 
     init(_ request: Request, mount: String) {
         if let host = Self.firstValue(request.headers[.xForwardedHost]) {
             let proto = Self.firstValue(request.headers[.xForwardedProto])?.lowercased()
             let scheme = proto == "https" ? "https" : "http"
-            var prefix = Self.firstValue(request.headers[.xForwardedPrefix]) ?? ""
+            let sentPrefix = Self.firstValue(request.headers[.xForwardedPrefix])
+            var prefix = sentPrefix ?? ""
             while prefix.hasSuffix("/") { prefix.removeLast() }
             if !prefix.isEmpty && !prefix.hasPrefix("/") { prefix = "/" + prefix }
             base = "\(scheme)://\(host)\(prefix)"
+            forwardedHost = host
+            forwardedPrefix = sentPrefix == nil ? nil : prefix
         } else {
             base = "http://\(request.head.authority ?? "127.0.0.1")\(mount)"
+            forwardedHost = nil
+            forwardedPrefix = nil
         }
         let target = request.head.path ?? "/"
         let rawPath: Substring
@@ -80,8 +90,36 @@ struct WebMount: Sendable {
     /// Counted for every request of the area, e.g. `"ANY /sp"`.
     var recordKey: String { "ANY \(prefix)" }
 
-    /// `Set-Cookie` value of a new session: `{cookie}={id}; Path={prefix}; HttpOnly`.
-    func sessionCookie(_ id: String) -> String { "\(cookieName)=\(id); Path=\(prefix); HttpOnly" }
+    /// `Set-Cookie` value of a new session: `{cookie}={id}; Path={path}[; Domain={host}]; HttpOnly`,
+    /// scoped as `settings.cookieScope` and `settings.cookieDomain` say for a request seen as `view`
+    /// (the mount's own path unless a proxy's `X-Forwarded-Prefix` is to be honoured).
+    func sessionCookie(_ id: String, view: ExternalView, settings: SPSettings) -> String {
+        let path: String
+        switch (settings.cookieScope, view.forwardedPrefix) {
+        case (.mount, _), (_, nil):
+            path = prefix
+        case (.forwardedPrefix, let forwarded?):
+            path = forwarded.isEmpty ? "/" : forwarded
+        case (.forwardedPrefixSlash, let forwarded?):
+            path = forwarded + "/"
+        }
+        var cookie = "\(cookieName)=\(id); Path=\(path)"
+        if settings.cookieDomain, let host = view.forwardedHost.map(Self.hostWithoutPort), !host.isEmpty {
+            cookie += "; Domain=\(host)"
+        }
+        return cookie + "; HttpOnly"
+    }
+
+    /// `host:port` → `host`, `[v6]:port` → `[v6]`; a host without a port stays as it is.
+    static func hostWithoutPort(_ authority: String) -> String {
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            return String(authority[...close])
+        }
+        guard let colon = authority.lastIndex(of: ":"), authority[authority.index(after: colon)...].allSatisfy(\.isNumber) else {
+            return authority
+        }
+        return String(authority[..<colon])
+    }
 
     /// The session the request's cookie names, if it is still valid.
     func session(of request: Request) -> (id: String, session: WebSession)? {

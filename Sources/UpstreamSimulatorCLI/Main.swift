@@ -3,7 +3,8 @@ import Logging
 import UpstreamSimulator
 
 /// `upstream-simulator [--host H] [--port P] [SAML options]`: prints one line once bound, stops on
-/// SIGTERM/SIGINT. SAML options set the `/sp` service provider and the mock IdP (see `usage`).
+/// SIGTERM/SIGINT. SAML options set the `/sp` service provider (its binding, header, OTP and
+/// session-cookie scope) and the mock IdP (see `usage`).
 @main struct Main {
     static func main() async throws {
         var host = "127.0.0.1"
@@ -32,6 +33,13 @@ import UpstreamSimulator
                     usage("--otp needs off or afterSAML")
                 }
                 configuration.spOTP = mode
+            case "--cookie-scope":
+                guard let value = arguments.popFirst(), let scope = SPCookieScope(rawValue: value) else {
+                    usage("--cookie-scope needs mount, forwardedPrefix or forwardedPrefixSlash")
+                }
+                configuration.spCookieScope = scope
+            case "--cookie-domain":
+                configuration.spCookieDomain = true
             case "--acs-url":
                 guard let value = arguments.popFirst() else { usage("--acs-url needs a URL") }
                 configuration.samlACSURLs.append(value)
@@ -68,8 +76,12 @@ import UpstreamSimulator
             usage: upstream-simulator [--host H] [--port P]
                                       [--saml-binding postForm|redirect] [--no-identifying-header]
                                       [--otp off|afterSAML] [--acs-url URL]... [--idp-base URL]
-              --acs-url     an ACS URL the mock IdP accepts (repeatable; POST /control/saml/acs at run time)
-              --idp-base    where browsers reach the IdP (default http://127.0.0.1:<port>)
+                                      [--cookie-scope mount|forwardedPrefix|forwardedPrefixSlash] [--cookie-domain]
+              --acs-url       an ACS URL the mock IdP accepts (repeatable; POST /control/saml/acs at run time)
+              --idp-base      where browsers reach the IdP (default http://127.0.0.1:<port>)
+              --cookie-scope  the Path of the /sp and /basic-otp session cookies: mount (/sp, the default),
+                              or the proxy's X-Forwarded-Prefix (/web/sp), or that with a trailing /
+              --cookie-domain add Domain=<X-Forwarded-Host without port> to those cookies behind a proxy
             """)
         exit(problem == nil ? 0 : 64)
     }

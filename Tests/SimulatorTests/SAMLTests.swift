@@ -434,3 +434,92 @@ struct OTPTests {
         }
     }
 }
+
+@Suite("Session-cookie scope of /sp and /basic-otp behind a proxy")
+struct CookieScopeTests {
+    /// What follows `{cookie}={id}` in a cookie set through `parleyForwarded` (prefix `/web/sp`,
+    /// host `127.0.0.1:8080`), up to `; HttpOnly`.
+    static func forwardedAttributes(_ scope: SPCookieScope, domain: Bool) -> String {
+        let path =
+            switch scope {
+            case .mount: "/sp"
+            case .forwardedPrefix: "/web/sp"
+            case .forwardedPrefixSlash: "/web/sp/"
+            }
+        return "; Path=\(path)" + (domain ? "; Domain=127.0.0.1" : "")
+    }
+
+    @Test(
+        "a full login through forwarded headers scopes SP_SESSION as the settings say; reached directly it keeps Path=/sp",
+        arguments: SPCookieScope.allCases, [false, true])
+    func samlLogin(scope: SPCookieScope, domain: Bool) async throws {
+        let configuration = SimulatorConfiguration(spCookieScope: scope, spCookieDomain: domain)
+        try await withSimulator(configuration) { port, state in
+            #expect(state.saml.settings.cookieScope == scope)
+            #expect(state.saml.settings.cookieDomain == domain)
+            #expect(try await registerACS(port, [parleyACS, directBase(port) + "/saml/acs"]).status == 204)
+
+            let (proxied, cookie) = try await signInToSP(port, target: "/sp/SAMLAuthLauncher")
+            #expect(proxied.status == 302)
+            #expect(proxied.header("Location") == parleyBase + "/SAMLAuthLauncher")
+            let session = try #require(setCookie("SP_SESSION", in: proxied))
+            #expect(proxied.header("Set-Cookie") == "SP_SESSION=\(session)\(Self.forwardedAttributes(scope, domain: domain)); HttpOnly")
+            let finished = try await get(port, "/sp/SAMLAuthLauncher?finishEndpointParam=done", parleyForwarded + [cookie])
+            #expect(finished.status == 200)
+            #expect(finished.text.contains("signed in"))
+
+            let (direct, directCookie) = try await signInToSP(port, target: "/sp/api/data", headers: [])
+            #expect(direct.header("Location") == directBase(port) + "/api/data")
+            let directSession = try #require(setCookie("SP_SESSION", in: direct))
+            #expect(direct.header("Set-Cookie") == "SP_SESSION=\(directSession); Path=/sp; HttpOnly", "no proxy, no prefix and no domain")
+            #expect(try await get(port, "/sp/api/data", [directCookie]).json?["user"] as? String == "alice")
+            #expect(state.saml.assertionsAccepted == 2)
+        }
+    }
+
+    @Test("POST /control/sp changes the cookie scope and domain at run time; /basic-otp follows them; unknown values are refused")
+    func controlsAndBasicOTP() async throws {
+        try await withSimulator { port, state in
+            let initial = try await get(port, "/control/sp")
+            #expect(initial.json?["cookieScope"] as? String == "mount")
+            #expect(initial.json?["cookieDomain"] as? Bool == false)
+
+            /// The attributes of the `BO_SESSION` cookie that Basic opens with `headers`.
+            func basicOTPCookie(_ headers: [(String, String)]) async throws -> String {
+                let answer = try await get(port, "/basic-otp/api/data", headers + [basicAuthorization()])
+                #expect(answer.status == 302)
+                let session = try #require(setCookie("BO_SESSION", in: answer))
+                let header = try #require(answer.header("Set-Cookie"))
+                return String(header.dropFirst("BO_SESSION=\(session)".count))
+            }
+            let proxied = [("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", "parley.example:8443"), ("X-Forwarded-Prefix", "/web/bo/")]
+            let atRoot = [("X-Forwarded-Host", "parley.example"), ("X-Forwarded-Prefix", "/")]
+            let noPrefix = [("X-Forwarded-Host", "[::1]:8080")]
+            let prefixOnly = [("X-Forwarded-Prefix", "/ignored")]
+            #expect(try await basicOTPCookie(proxied) == "; Path=/basic-otp; HttpOnly")
+
+            #expect(try await setSP(port, #"{"cookieScope":"forwardedPrefixSlash","cookieDomain":true}"#).status == 204)
+            #expect(state.saml.settings == SPSettings(cookieScope: .forwardedPrefixSlash, cookieDomain: true))
+            #expect(try await get(port, "/control/sp").json?["cookieScope"] as? String == "forwardedPrefixSlash")
+            #expect(try await basicOTPCookie(proxied) == "; Path=/web/bo/; Domain=parley.example; HttpOnly")
+            #expect(try await basicOTPCookie(atRoot) == "; Path=/; Domain=parley.example; HttpOnly")
+            #expect(try await basicOTPCookie(noPrefix) == "; Path=/basic-otp; Domain=[::1]; HttpOnly")
+            #expect(try await basicOTPCookie(prefixOnly) == "; Path=/basic-otp; HttpOnly")
+            #expect(try await basicOTPCookie([]) == "; Path=/basic-otp; HttpOnly")
+
+            #expect(try await setSP(port, #"{"cookieScope":"forwardedPrefix"}"#).status == 204)
+            #expect(state.saml.settings == SPSettings(cookieScope: .forwardedPrefix, cookieDomain: true), "a partial change")
+            #expect(try await setSP(port, #"{"cookieDomain":false}"#).status == 204)
+            #expect(try await basicOTPCookie(proxied) == "; Path=/web/bo; HttpOnly")
+            #expect(try await basicOTPCookie(atRoot) == "; Path=/; HttpOnly")
+            #expect(try await basicOTPCookie(prefixOnly) == "; Path=/basic-otp; HttpOnly")
+
+            for refused in [#"{"cookieScope":"context"}"#, #"{"cookieScope":null,"cookieDomain":"yes"}"#, #"{"cookieScope":1}"#] {
+                let answer = try await setSP(port, refused)
+                #expect(answer.status == 400, "\(refused)")
+                #expect(answer.text.contains("forwardedPrefixSlash"))
+            }
+            #expect(state.saml.settings == SPSettings(cookieScope: .forwardedPrefix, cookieDomain: false))
+        }
+    }
+}
