@@ -8,7 +8,7 @@ let swiftSettings: [SwiftSetting] = [
 
 let package = Package(
     name: "parley",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "parley", targets: ["parley"]),
         .executable(name: "upstream-simulator", targets: ["UpstreamSimulatorCLI"]),

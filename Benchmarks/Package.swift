@@ -9,7 +9,7 @@ import PackageDescription
 
 let package = Package(
     name: "ParleyBenchmarks",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     dependencies: [
         .package(name: "parley", path: ".."),
         // MallocInterposer (instead of the default traits): malloc counts from the

@@ -1,6 +1,7 @@
 internal import CCurl
 import Conversation
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -12,9 +13,9 @@ import Darwin
 
 /// The thread that owns the `CURLM` and every attached easy handle.
 ///
-/// Other threads only append to `commands` (under `lock`) and call `curl_multi_wakeup`,
-/// which is the one multi function curl allows from another thread. Everything below
-/// "multi thread only" is touched by the loop thread alone.
+/// Other threads only append to `commands` (in `shared`, behind its mutex) and call
+/// `curl_multi_wakeup`, which is the one multi function curl allows from another thread.
+/// Everything below "multi thread only" is touched by the loop thread alone.
 final class MultiLoop: @unchecked Sendable {
     enum Command {
         case add(PreparedRequest, TransferState)
@@ -35,10 +36,14 @@ final class MultiLoop: @unchecked Sendable {
     private let configuration: CurlTransport.Configuration
     private let logger: Logger
 
-    private let lock = Lock()
-    private var phase: Phase = .idle  // guarded by lock
-    private var commands: [Command] = []  // guarded by lock
-    private var stopRequested = false  // guarded by lock
+    /// What other threads touch; only inside `shared.withLock`.
+    private struct Shared {
+        var phase: Phase = .idle
+        var commands: [Command] = []
+        var stopRequested = false
+    }
+
+    private let shared = Mutex(Shared())
 
     // Multi thread only. `multi` is written before the thread starts.
     private var multi: UnsafeMutableRawPointer?
@@ -56,16 +61,16 @@ final class MultiLoop: @unchecked Sendable {
     /// Queues a command and wakes the loop, starting it on the first `.add`. False once
     /// the loop is shutting down: the caller then fails the transfer itself.
     func submit(_ command: Command) -> Bool {
-        lock.withLock {
-            switch phase {
+        shared.withLock { shared in
+            switch shared.phase {
             case .idle:
                 guard case .add = command else { return false }
-                guard let multi = startLocked() else { return false }
-                commands.append(command)
+                guard let multi = start(&shared) else { return false }
+                shared.commands.append(command)
                 curl_multi_wakeup(multi)
                 return true
             case .running(_, let multi):
-                commands.append(command)
+                shared.commands.append(command)
                 curl_multi_wakeup(multi)
                 return true
             case .stopping, .stopped:
@@ -77,14 +82,14 @@ final class MultiLoop: @unchecked Sendable {
     /// Stops the loop: in-flight transfers fail with `.cancelled`, the thread is joined and
     /// the multi handle freed. Idempotent; a second concurrent caller returns at once.
     func shutdown() {
-        let thread: pthread_t? = lock.withLock {
-            switch phase {
+        let thread: pthread_t? = shared.withLock { shared in
+            switch shared.phase {
             case .idle:
-                phase = .stopped
+                shared.phase = .stopped
                 return nil
             case .running(let thread, let multi):
-                phase = .stopping
-                stopRequested = true
+                shared.phase = .stopping
+                shared.stopRequested = true
                 curl_multi_wakeup(multi)
                 return thread
             case .stopping, .stopped:
@@ -94,12 +99,12 @@ final class MultiLoop: @unchecked Sendable {
         guard let thread else { return }
         precondition(pthread_equal(thread, pthread_self()) == 0, "CurlTransport.shutdown() called on its own thread")
         pthread_join(thread, nil)
-        lock.withLock { phase = .stopped }
+        shared.withLock { $0.phase = .stopped }
         logger.debug("curl transport stopped")
     }
 
-    /// Creates the multi handle and the thread. Called with `lock` held.
-    private func startLocked() -> UnsafeMutableRawPointer? {
+    /// Creates the multi handle and the thread. Called inside `shared.withLock`, with its state.
+    private func start(_ shared: inout Shared) -> UnsafeMutableRawPointer? {
         _ = curlGlobalInit
         guard let multi = curl_multi_init() else {
             logger.error("curl_multi_init failed")
@@ -127,7 +132,7 @@ final class MultiLoop: @unchecked Sendable {
             logger.error("could not start the curl thread", metadata: ["errno": "\(rc)"])
             return nil
         }
-        phase = .running(thread: thread, multi: multi)
+        shared.phase = .running(thread: thread, multi: multi)
         logger.debug("curl transport started")
         return multi
     }
@@ -138,9 +143,9 @@ final class MultiLoop: @unchecked Sendable {
         guard let multi else { return }
         var batch: [Command] = []
         while true {
-            let stopping = lock.withLock { () -> Bool in
-                swap(&batch, &commands)
-                return stopRequested
+            let stopping = shared.withLock { shared -> Bool in
+                swap(&batch, &shared.commands)
+                return shared.stopRequested
             }
             for command in batch { handle(command, multi: multi) }
             batch.removeAll(keepingCapacity: true)

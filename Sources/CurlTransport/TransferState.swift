@@ -1,64 +1,71 @@
 import Conversation
+import Synchronization
 
 /// Counters shared by the caller's side and the multi thread.
-final class StatsRecorder: @unchecked Sendable {
-    private let lock = Lock()
-    private var stats = CurlTransport.Statistics()
-    private var lastID: UInt64 = 0
+final class StatsRecorder: Sendable {
+    private struct Counters {
+        var stats = CurlTransport.Statistics()
+        var lastID: UInt64 = 0
+    }
 
-    var snapshot: CurlTransport.Statistics { lock.withLock { stats } }
+    private let counters = Mutex(Counters())
+
+    var snapshot: CurlTransport.Statistics { counters.withLock { $0.stats } }
 
     func nextTransferID() -> UInt64 {
-        lock.withLock {
-            lastID += 1
-            return lastID
+        counters.withLock {
+            $0.lastID += 1
+            return $0.lastID
         }
     }
 
     func transferStarted() {
-        lock.withLock {
-            stats.transfersStarted += 1
-            stats.transfersActive += 1
+        counters.withLock {
+            $0.stats.transfersStarted += 1
+            $0.stats.transfersActive += 1
         }
     }
 
     func transferRetired(connections: Int) {
-        lock.withLock {
-            stats.transfersActive -= 1
-            stats.connectionsOpened += connections
+        counters.withLock {
+            $0.stats.transfersActive -= 1
+            $0.stats.connectionsOpened += connections
         }
     }
 
     func buffered(_ delta: Int) {
-        lock.withLock {
-            stats.bufferedBytes += delta
-            stats.maxBufferedBytes = max(stats.maxBufferedBytes, stats.bufferedBytes)
+        counters.withLock {
+            $0.stats.bufferedBytes += delta
+            $0.stats.maxBufferedBytes = max($0.stats.maxBufferedBytes, $0.stats.bufferedBytes)
         }
     }
 }
 
 /// What one transfer shares between the multi thread (which writes bytes and ends it) and
-/// its caller (who waits for the head, then reads the body). Every field is behind `lock`;
-/// continuations are resumed after the lock is released.
-final class TransferState: @unchecked Sendable {
+/// its caller (who waits for the head, then reads the body). Every changing field is in
+/// `shared`, behind its mutex; continuations are resumed after the mutex is released.
+final class TransferState: Sendable {
     let id: UInt64
     let host: String
     private let loop: MultiLoop
     private let highWaterMark: Int
     private let lowWaterMark: Int
 
-    /// Taken before the statistics lock when both are needed, never after it.
-    private let lock = Lock()
-    private var headWaiter: CheckedContinuation<UpstreamResponse, any Error>?
-    private var headDelivered = false
-    private var chunks: [[UInt8]] = []
-    private var buffered = 0
-    /// The write callback returned CURL_WRITEFUNC_PAUSE and no unpause was asked for yet.
-    private var paused = false
-    private var cancelled = false
-    /// Set once, by `finish`: nil while the transfer runs, `.some(nil)` on success.
-    private var ending: TransportError??
-    private var readerWaiter: CheckedContinuation<[UInt8]?, any Error>?
+    private struct Shared {
+        var headWaiter: CheckedContinuation<UpstreamResponse, any Error>?
+        var headDelivered = false
+        var chunks: [[UInt8]] = []
+        var buffered = 0
+        /// The write callback returned CURL_WRITEFUNC_PAUSE and no unpause was asked for yet.
+        var paused = false
+        var cancelled = false
+        /// Set once, by `finish`: nil while the transfer runs, `.some(nil)` on success.
+        var ending: TransportError??
+        var readerWaiter: CheckedContinuation<[UInt8]?, any Error>?
+    }
+
+    /// Taken before the statistics mutex when both are needed, never after it.
+    private let shared = Mutex(Shared())
 
     init(id: UInt64, host: String, loop: MultiLoop, highWaterMark: Int, lowWaterMark: Int) {
         self.id = id
@@ -77,10 +84,10 @@ final class TransferState: @unchecked Sendable {
     /// Parks `send` until the head arrives. Returns false (having resumed the continuation)
     /// when the transfer was cancelled or ended first.
     func installHeadWaiter(_ continuation: CheckedContinuation<UpstreamResponse, any Error>) -> Bool {
-        let early: TransportError? = lock.withLock {
-            if cancelled { return cancelledError }
-            if let ending { return ending ?? TransportError(.unavailable, detail: "\(host): no response head") }
-            headWaiter = continuation
+        let early: TransportError? = shared.withLock { shared in
+            if shared.cancelled { return cancelledError }
+            if let ending = shared.ending { return ending ?? TransportError(.unavailable, detail: "\(host): no response head") }
+            shared.headWaiter = continuation
             return nil
         }
         if let early {
@@ -90,18 +97,18 @@ final class TransferState: @unchecked Sendable {
         return true
     }
 
-    var isCancelled: Bool { lock.withLock { cancelled } }
+    var isCancelled: Bool { shared.withLock { $0.cancelled } }
 
     /// The reader (or the task awaiting the head) is gone. The multi thread removes the
     /// transfer and then resumes whoever still waits, so that statistics are settled by then.
     func cancel() {
-        let needsRemoval = lock.withLock { () -> Bool in
-            if cancelled { return false }
-            cancelled = true
-            if buffered > 0 { loop.stats.buffered(-buffered) }
-            chunks = []
-            buffered = 0
-            return ending == nil
+        let needsRemoval = shared.withLock { shared -> Bool in
+            if shared.cancelled { return false }
+            shared.cancelled = true
+            if shared.buffered > 0 { loop.stats.buffered(-shared.buffered) }
+            shared.chunks = []
+            shared.buffered = 0
+            return shared.ending == nil
         }
         guard needsRemoval else { return }
         if !loop.submit(.cancel(id)) {
@@ -140,40 +147,40 @@ final class TransferState: @unchecked Sendable {
 
     private func takeAvailable(orPark continuation: CheckedContinuation<[UInt8]?, any Error>? = nil) -> Available {
         var unpause = false
-        let result = lock.withLock { () -> Available in
-            if cancelled {
+        let result = shared.withLock { shared -> Available in
+            if shared.cancelled {
                 // Report the cancellation only once the multi thread has detached the
                 // transfer (`finish`), so that a caller who sees it sees a settled state.
-                if ending != nil { return .failed(cancelledError) }
-                if let continuation { readerWaiter = continuation }
+                if shared.ending != nil { return .failed(cancelledError) }
+                if let continuation { shared.readerWaiter = continuation }
                 return .wait
             }
-            if !chunks.isEmpty {
+            if !shared.chunks.isEmpty {
                 let out: [UInt8]
-                if chunks.count == 1 {
-                    out = chunks[0]
+                if shared.chunks.count == 1 {
+                    out = shared.chunks[0]
                 } else {
                     var joined: [UInt8] = []
-                    joined.reserveCapacity(buffered)
-                    for chunk in chunks { joined.append(contentsOf: chunk) }
+                    joined.reserveCapacity(shared.buffered)
+                    for chunk in shared.chunks { joined.append(contentsOf: chunk) }
                     out = joined
                 }
-                chunks.removeAll(keepingCapacity: true)
-                loop.stats.buffered(-buffered)
-                buffered = 0
-                if paused && buffered <= lowWaterMark {
-                    paused = false
+                shared.chunks.removeAll(keepingCapacity: true)
+                loop.stats.buffered(-shared.buffered)
+                shared.buffered = 0
+                if shared.paused && shared.buffered <= lowWaterMark {
+                    shared.paused = false
                     unpause = true
                 }
                 return .bytes(out)
             }
-            if let ending {
+            if let ending = shared.ending {
                 if let error = ending { return .failed(error) }
                 return .end
             }
             if let continuation {
-                precondition(readerWaiter == nil, "a response body has one reader")
-                readerWaiter = continuation
+                precondition(shared.readerWaiter == nil, "a response body has one reader")
+                shared.readerWaiter = continuation
             }
             return .wait
         }
@@ -190,10 +197,10 @@ final class TransferState: @unchecked Sendable {
     // MARK: Multi thread side
 
     func deliverHead(_ response: UpstreamResponse) {
-        let waiter = lock.withLock { () -> CheckedContinuation<UpstreamResponse, any Error>? in
-            headDelivered = true
-            defer { headWaiter = nil }
-            return headWaiter
+        let waiter = shared.withLock { shared -> CheckedContinuation<UpstreamResponse, any Error>? in
+            shared.headDelivered = true
+            defer { shared.headWaiter = nil }
+            return shared.headWaiter
         }
         waiter?.resume(returning: response)
     }
@@ -208,10 +215,10 @@ final class TransferState: @unchecked Sendable {
     /// pause, and curl delivers them again after `curl_easy_pause(CURLPAUSE_CONT)`.
     func offer(_ bytes: UnsafeRawBufferPointer) -> Offer {
         var handOver: (CheckedContinuation<[UInt8]?, any Error>, [UInt8])?
-        let result = lock.withLock { () -> Offer in
-            if cancelled { return .abort }
-            if buffered >= highWaterMark {
-                paused = true
+        let result = shared.withLock { shared -> Offer in
+            if shared.cancelled { return .abort }
+            if shared.buffered >= highWaterMark {
+                shared.paused = true
                 return .pause
             }
             let copy = [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
@@ -220,13 +227,13 @@ final class TransferState: @unchecked Sendable {
                 }
                 count = bytes.count
             }
-            if let waiter = readerWaiter {
+            if let waiter = shared.readerWaiter {
                 // A waiting reader means the buffer is empty: hand the bytes over directly.
-                readerWaiter = nil
+                shared.readerWaiter = nil
                 handOver = (waiter, copy)
             } else {
-                chunks.append(copy)
-                buffered += copy.count
+                shared.chunks.append(copy)
+                shared.buffered += copy.count
                 loop.stats.buffered(copy.count)
             }
             return .accepted
@@ -242,14 +249,14 @@ final class TransferState: @unchecked Sendable {
     func finish(_ error: TransportError?) {
         var head: CheckedContinuation<UpstreamResponse, any Error>?
         var reader: CheckedContinuation<[UInt8]?, any Error>?
-        let outcome: TransportError? = lock.withLock {
-            if ending != nil { return nil }
-            let outcome = cancelled ? cancelledError : error
-            ending = .some(outcome)
-            head = headWaiter
-            headWaiter = nil
-            reader = readerWaiter
-            readerWaiter = nil
+        let outcome: TransportError? = shared.withLock { shared in
+            if shared.ending != nil { return nil }
+            let outcome = shared.cancelled ? cancelledError : error
+            shared.ending = .some(outcome)
+            head = shared.headWaiter
+            shared.headWaiter = nil
+            reader = shared.readerWaiter
+            shared.readerWaiter = nil
             return outcome
         }
         if let head {

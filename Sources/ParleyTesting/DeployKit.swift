@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -326,19 +327,18 @@ public enum BalancerExample {
 
 /// nginx running a configuration made from the deploy kit's example (`BalancerExample.nginx`),
 /// everything (config, pid, logs, temp files) in a temp directory.
-public final class ExampleNginx: @unchecked Sendable {
+public final class ExampleNginx: Sendable {
     public let port: Int
     /// nginx's stub_status (test-only, outside the example), on 127.0.0.1.
     public let statusPort: Int
     public let directory: String
-    private let lock = NSLock()
-    private var process: Process?
+    private let process: Mutex<Process?>
 
     private init(port: Int, statusPort: Int, directory: String, process: Process) {
         self.port = port
         self.statusPort = statusPort
         self.directory = directory
-        self.process = process
+        self.process = Mutex(process)
     }
 
     deinit { stop() }
@@ -397,11 +397,7 @@ public final class ExampleNginx: @unchecked Sendable {
 
     /// Stops nginx (SIGTERM: a fast shutdown) and waits for it. Idempotent.
     public func stop() {
-        lock.lock()
-        let running = process
-        process = nil
-        lock.unlock()
-        guard let running else { return }
+        guard let running = process.withLock({ $0.take() }) else { return }
         if running.isRunning { running.terminate() }
         running.waitUntilExit()
     }
@@ -415,17 +411,16 @@ public final class ExampleNginx: @unchecked Sendable {
 
 /// HAProxy running a configuration made from the deploy kit's example (`BalancerExample.haproxy`),
 /// in the foreground, its configuration in a temp directory.
-public final class ExampleHAProxy: @unchecked Sendable {
+public final class ExampleHAProxy: Sendable {
     public let port: Int
     public let directory: String
-    private let lock = NSLock()
-    private var process: Process?
+    private let process: Mutex<Process?>
     private let output: String
 
     private init(port: Int, directory: String, process: Process, output: String) {
         self.port = port
         self.directory = directory
-        self.process = process
+        self.process = Mutex(process)
         self.output = output
     }
 
@@ -465,11 +460,7 @@ public final class ExampleHAProxy: @unchecked Sendable {
     public var log: String { (try? String(contentsOfFile: output, encoding: .utf8)) ?? "" }
 
     public func stop() {
-        lock.lock()
-        let running = process
-        process = nil
-        lock.unlock()
-        guard let running else { return }
+        guard let running = process.withLock({ $0.take() }) else { return }
         if running.isRunning { running.terminate() }
         running.waitUntilExit()
     }

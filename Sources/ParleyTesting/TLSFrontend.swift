@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -17,12 +18,10 @@ import Darwin
 /// `X-Client-Subject` headers.
 ///
 /// Everything nginx writes (config, pid, error log, temp files) stays in `directory`.
-public final class TLSFrontend: @unchecked Sendable {
+public final class TLSFrontend: Sendable {
     public let port: Int
     public let directory: String
-    // Guarded by `lock`.
-    private let lock = NSLock()
-    private var process: Process?
+    private let process: Mutex<Process?>
 
     /// `https://localhost:PORT` — the name on the server certificate.
     public var baseURL: String { "https://localhost:\(port)" }
@@ -32,7 +31,7 @@ public final class TLSFrontend: @unchecked Sendable {
     private init(port: Int, directory: String, process: Process) {
         self.port = port
         self.directory = directory
-        self.process = process
+        self.process = Mutex(process)
     }
 
     deinit { stop() }
@@ -85,11 +84,7 @@ public final class TLSFrontend: @unchecked Sendable {
     /// Stops nginx (SIGTERM, then waits). Idempotent. Leaves `directory` for post-mortems;
     /// `remove()` deletes it.
     public func stop() {
-        let running: Process? = lock.withLock {
-            defer { process = nil }
-            return process
-        }
-        guard let running else { return }
+        guard let running = process.withLock({ $0.take() }) else { return }
         if running.isRunning {
             running.terminate()
         }
@@ -155,13 +150,5 @@ public final class TLSFrontend: @unchecked Sendable {
             }
 
             """
-    }
-}
-
-extension NSLock {
-    fileprivate func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        lock()
-        defer { unlock() }
-        return try body()
     }
 }
