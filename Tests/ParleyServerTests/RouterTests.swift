@@ -106,7 +106,7 @@ import Testing
                 "\(route.method.rawValue) " + route.path.description.replacingOccurrences(of: "/**", with: "/{path}")
             })
         let text = try String(contentsOfFile: packageRoot + "/docs/openapi.json", encoding: .utf8)
-        #expect(text == EmbeddedOpenAPI.json, "run scripts/embed-resources.sh")
+        #expect(text == EmbeddedOpenAPI.json, "Generated/EmbeddedOpenAPI.swift differs from docs/openapi.json: run scripts/embed-resources.sh")
         let document = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
         #expect((document["openapi"] as? String)?.hasPrefix("3.1") == true)
         let paths = try #require(document["paths"] as? [String: [String: Any]])
@@ -379,8 +379,8 @@ import Testing
     @Test func embeddedMigrationsAreTheFilesInMigrations() throws {
         let files = try Migrator.load(directory: migrationsDirectory)
         let embedded = try Migrator.load(embedded: EmbeddedMigrations.files)
-        #expect(embedded.map(\.name) == files.map(\.name), "run scripts/embed-resources.sh")
-        #expect(embedded.map(\.checksum) == files.map(\.checksum), "run scripts/embed-resources.sh")
+        #expect(embedded.map(\.name) == files.map(\.name), "Generated/EmbeddedMigrations.swift differs from migrations/: run scripts/embed-resources.sh")
+        #expect(embedded.map(\.checksum) == files.map(\.checksum), "Generated/EmbeddedMigrations.swift differs from migrations/: run scripts/embed-resources.sh")
     }
 
     @Test func upstreamConnectionLimitsAreReadAndChecked() throws {
