@@ -29,4 +29,14 @@ enum JSONBody {
             status: status, headers: [.contentType: "application/json", .cacheControl: "no-store"],
             body: .init(byteBuffer: ByteBuffer(bytes: value.encoded())))
     }
+
+    /// A typed answer, written by the one JSON writer (`JSONValueEncoder`).
+    static func response(_ status: HTTPResponse.Status, _ value: some Encodable) throws -> Response {
+        response(status, try JSONValueEncoder().encode(value))
+    }
+
+    /// A typed value as JSON bytes, for bodies Parley sends upstream.
+    static func bytes(_ value: some Encodable) throws -> [UInt8] {
+        try JSONValueEncoder().encode(value).encoded()
+    }
 }

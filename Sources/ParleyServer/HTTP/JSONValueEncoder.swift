@@ -1,0 +1,229 @@
+import Foundation
+
+/// Turns an `Encodable` answer into a `JSONValue`, so every JSON body Parley writes
+/// leaves through `JSONValue.encoded()`: sorted keys, `<`, `>` and `&` escaped, byte for
+/// byte what the hand-built answers wrote before the answers became types.
+///
+/// The contract's forms are built in: a `Date` is written as RFC 3339 (`RFC3339.format`,
+/// whole seconds, UTC) and a `UUID` in lower case; every number is a JSON number. A `nil`
+/// optional is left out, as with `JSONEncoder`; a member the contract writes as `null`
+/// is declared `@Nullable`.
+struct JSONValueEncoder {
+    func encode(_ value: some Encodable) throws -> JSONValue {
+        let root = Node()
+        try root.store(value, codingPath: [])
+        return root.json
+    }
+}
+
+/// An optional member that the contract writes as `null` when it is absent (a
+/// synthesized `Encodable` leaves a `nil` optional out; the contract's objects carry
+/// every member).
+@propertyWrapper
+struct Nullable<Value: Encodable>: Encodable {
+    var wrappedValue: Value?
+
+    init(wrappedValue: Value?) {
+        self.wrappedValue = wrappedValue
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        if let wrappedValue { try container.encode(wrappedValue) } else { try container.encodeNil() }
+    }
+}
+
+extension Nullable: Sendable where Value: Sendable {}
+extension Nullable: Equatable where Value: Equatable {}
+
+extension JSONValue: Encodable {
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .null:
+            var container = encoder.singleValueContainer()
+            try container.encodeNil()
+        case .bool(let value):
+            var container = encoder.singleValueContainer()
+            try container.encode(value)
+        case .number(let value):
+            var container = encoder.singleValueContainer()
+            try container.encode(value)
+        case .string(let value):
+            var container = encoder.singleValueContainer()
+            try container.encode(value)
+        case .array(let items):
+            var container = encoder.unkeyedContainer()
+            for item in items { try container.encode(item) }
+        case .object(let members):
+            var container = encoder.container(keyedBy: MemberKey.self)
+            for (key, value) in members { try container.encode(value, forKey: MemberKey(key)) }
+        }
+    }
+
+    private struct MemberKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(_ name: String) { stringValue = name }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+}
+
+/// One value under construction: a leaf, an object or an array. A reference, so that
+/// containers handed out by an `Encoder` write into the tree that the encoder reads.
+private final class Node {
+    var leaf: JSONValue?
+    var members: [String: Node]?
+    var items: [Node]?
+
+    var json: JSONValue {
+        if let leaf { return leaf }
+        if let items { return .array(items.map(\.json)) }
+        if let members { return .object(members.mapValues(\.json)) }
+        return .object([:])  // a value that encoded nothing, as JSONEncoder writes it
+    }
+
+    func store<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws {
+        if let leaf = Self.leaf(value) {
+            self.leaf = leaf
+            members = nil
+            items = nil
+        } else {
+            try value.encode(to: NodeEncoder(node: self, codingPath: codingPath))
+        }
+    }
+
+    func child(_ key: String) -> Node {
+        let node = Node()
+        if members == nil {
+            leaf = nil
+            members = [:]
+        }
+        members?[key] = node
+        return node
+    }
+
+    func appended() -> Node {
+        let node = Node()
+        if items == nil {
+            leaf = nil
+            items = []
+        }
+        items?.append(node)
+        return node
+    }
+
+    /// Scalars, and the contract's forms of dates and ids. The standard containers pass
+    /// their primitive `encode` calls to the generic one, so every scalar arrives here.
+    private static func leaf(_ value: some Encodable) -> JSONValue? {
+        switch value {
+        case let value as JSONValue: value
+        case let value as String: .string(value)
+        case let value as Bool: .bool(value)
+        case let value as Double: .number(value)
+        case let value as Float: .number(Double(value))
+        case let value as any BinaryInteger: .number(Double(value))
+        case let value as Date: .string(RFC3339.format(value))
+        case let value as UUID: .string(value.uuidString.lowercased())
+        default: nil
+        }
+    }
+}
+
+private struct NodeEncoder: Encoder {
+    let node: Node
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        if node.members == nil {
+            node.leaf = nil
+            node.items = nil
+            node.members = [:]
+        }
+        return KeyedEncodingContainer(KeyedNodeContainer<Key>(node: node, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        if node.items == nil {
+            node.leaf = nil
+            node.members = nil
+            node.items = []
+        }
+        return UnkeyedNodeContainer(node: node, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        SingleNodeContainer(node: node, codingPath: codingPath)
+    }
+}
+
+private struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let node: Node
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil(forKey key: Key) throws {
+        node.child(key.stringValue).leaf = .null
+    }
+
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        try node.child(key.stringValue).store(value, codingPath: codingPath + [key])
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        NodeEncoder(node: node.child(key.stringValue), codingPath: codingPath + [key]).container(keyedBy: keyType)
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        NodeEncoder(node: node.child(key.stringValue), codingPath: codingPath + [key]).unkeyedContainer()
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        NodeEncoder(node: node.child("super"), codingPath: codingPath)
+    }
+
+    mutating func superEncoder(forKey key: Key) -> any Encoder {
+        NodeEncoder(node: node.child(key.stringValue), codingPath: codingPath + [key])
+    }
+}
+
+private struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
+    let node: Node
+    let codingPath: [any CodingKey]
+    var count: Int { node.items?.count ?? 0 }
+
+    mutating func encodeNil() throws {
+        node.appended().leaf = .null
+    }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        try node.appended().store(value, codingPath: codingPath)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        NodeEncoder(node: node.appended(), codingPath: codingPath).container(keyedBy: keyType)
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        NodeEncoder(node: node.appended(), codingPath: codingPath).unkeyedContainer()
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        NodeEncoder(node: node.appended(), codingPath: codingPath)
+    }
+}
+
+private struct SingleNodeContainer: SingleValueEncodingContainer {
+    let node: Node
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil() throws {
+        node.leaf = .null
+        node.members = nil
+        node.items = nil
+    }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        try node.store(value, codingPath: codingPath)
+    }
+}
