@@ -1,5 +1,59 @@
+import AuthFlows
 import Foundation
 import Logging
+
+/// Every action Parley writes to the audit log. The raw values are what is stored and
+/// what `GET /admin/v1/audit` shows; never change one (stored events keep the old text).
+enum AuditAction: String, Sendable, CaseIterable {
+    case registrationCreated = "registration.created"
+    case registrationRefused = "registration.refused"
+    case registrationApproved = "registration.approved"
+    /// A `login_required` registration registered upstream after its login flow.
+    case registrationActivated = "registration.activated"
+    /// The login flow completed but the upstream asked for another login.
+    case registrationSMPPending = "registration.smp_pending"
+    /// The upstream registration after the login flow failed.
+    case registrationSMPFailed = "registration.smp_failed"
+    case registrationUpstreamDeleteFailed = "registration.upstream_delete_failed"
+    case registrationDeleted = "registration.deleted"
+
+    case flowCreated = "flow.created"
+    case flowCompleted = "flow.completed"
+    case flowFailed = "flow.failed"
+    case flowExpired = "flow.expired"
+
+    case tokenIssued = "token.issued"
+    case tokenRefreshed = "token.refreshed"
+    case tokenRefreshRejected = "token.refresh_rejected"
+    case tokenRefreshFailed = "token.refresh_failed"
+    /// Revoked at the upstream's RFC 7009 endpoint when its registration was deleted.
+    case tokenRevoked = "token.revoked"
+
+    case adminRegistrationsListed = "admin.registrations.listed"
+    case adminRegistrationRead = "admin.registration.read"
+    case adminRevocation = "admin.revocation"
+    case adminAuditRead = "admin.audit.read"
+
+    /// The action for a flow that ended with `status`; nil for `pending`, which is no end.
+    init?(flowFinished status: FlowStatus) {
+        switch status {
+        case .pending: return nil
+        case .completed: self = .flowCompleted
+        case .failed: self = .flowFailed
+        case .expired: self = .flowExpired
+        }
+    }
+
+    /// The action for a token event of the OAuth2 broker.
+    init(_ event: TokenEvent) {
+        switch event {
+        case .issued: self = .tokenIssued
+        case .refreshed: self = .tokenRefreshed
+        case .refreshRejected: self = .tokenRefreshRejected
+        case .refreshFailed: self = .tokenRefreshFailed
+        }
+    }
+}
 
 /// Records audit events. A failure to record is logged, never turned into a failed request.
 struct AuditLog: Sendable {
@@ -7,8 +61,19 @@ struct AuditLog: Sendable {
     let logger: Logger
 
     func record(
+        _ action: AuditAction, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]
+    ) async {
+        await append(action.rawValue, actor: actor, registrationID: registrationID, destination: destination, detail: detail)
+    }
+
+    /// Transitional: the flow-kind files move to AuditAction; remove when no caller is left.
+    func record(
         _ action: String, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]
     ) async {
+        await append(action, actor: actor, registrationID: registrationID, destination: destination, detail: detail)
+    }
+
+    private func append(_ action: String, actor: AuditActor, registrationID: UUID?, destination: String?, detail: [String: String]) async {
         do {
             try await repository.append(
                 AuditEvent(action: action, actor: actor, registrationID: registrationID, destination: destination, detail: detail))
