@@ -30,6 +30,9 @@ let package = Package(
         // Traces (docs/operations.md "Traces"): OTLP/HTTP only; the gRPC exporter is not built.
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.1.0"),
+        // Configuration (ConfigReader over the environment). No traits: no JSON, YAML or reloading
+        // providers are built (Hummingbird already links the library with none).
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: []),
     ],
     targets: [
         // C libraries, each behind a prefixed shim header.
@@ -74,6 +77,7 @@ let package = Package(
             name: "ParleyServer",
             dependencies: [
                 "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -92,6 +96,7 @@ let package = Package(
             dependencies: [
                 "ParleyServer", "CurlTransport", "Store", "Conversation", "ParleyEncoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "OTel", package: "swift-otel"),
@@ -149,6 +154,7 @@ let package = Package(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: swiftSettings

@@ -1,9 +1,11 @@
 import ArgumentParser
+import Configuration
 import Conversation
 import CurlTransport
 import Foundation
 import Logging
 import ParleyEncoding
+import ParleyServer
 
 /// `parley admin …`: the administration API of a running instance, for operators.
 /// The admin token comes from `PARLEY_ADMIN_TOKEN` (never a flag: flags show in `ps`
@@ -18,11 +20,12 @@ struct Admin: AsyncParsableCommand {
         var url: String?
 
         func call(_ method: String, _ path: String, query: [(String, String?)] = [], body: [String: Any]? = nil) async throws {
-            let environment = ProcessInfo.processInfo.environment
-            guard let token = environment["PARLEY_ADMIN_TOKEN"], !token.isEmpty else {
+            let reader = ParleyConfiguration.environmentReader()
+            guard let token = reader.string(forKey: "parley.admin_token", isSecret: true) else {
                 throw ValidationError("set PARLEY_ADMIN_TOKEN to an admin token")
             }
-            let base = (url ?? environment["PARLEY_URL"] ?? "http://127.0.0.1:8080").trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+            let base = (url ?? reader.string(forKey: "parley.url", default: "http://127.0.0.1:8080"))
+                .trimmingCharacters(in: CharacterSet(charactersIn: "/"))
             let pairs = query.compactMap { name, value in value.map { (name, $0) } }
             let target = base + path + (pairs.isEmpty ? "" : "?" + PercentEncoding.encodeForm(pairs))
             var headers: HeaderFields = ["Authorization": "Bearer " + token, "Accept": "application/json"]

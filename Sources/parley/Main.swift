@@ -1,4 +1,5 @@
 import ArgumentParser
+import Configuration
 import CurlTransport
 import Foundation
 import Logging
@@ -20,11 +21,13 @@ struct ParleyCommand: AsyncParsableCommand {
         defaultSubcommand: Serve.self)
 }
 
-/// Logging to standard error at `PARLEY_LOG_LEVEL` (default info), set up once per process.
-func makeLogger(_ environment: [String: String]) -> Logger {
+/// Logging to standard error at `PARLEY_LOG_LEVEL` (default info, also for a level it does
+/// not know), set up once per process.
+func makeLogger(_ reader: ConfigReader) -> Logger {
+    let level = reader.string(forKey: "parley.log_level", as: Logger.Level.self, default: .info)
     LoggingSystem.bootstrap { label in
         var handler = StreamLogHandler.standardError(label: label)
-        handler.logLevel = environment["PARLEY_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        handler.logLevel = level
         return handler
     }
     return Logger(label: "parley")
@@ -50,17 +53,17 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the service (the default); applies pending migrations first unless PARLEY_MIGRATE_ON_START=false.")
 
     func run() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let logger = makeLogger(environment)
+        let reader = ParleyConfiguration.environmentReader()
+        let logger = makeLogger(reader)
         try await runReportingConfiguration(logger: logger) {
-            let configuration = try ParleyConfiguration.fromEnvironment(environment)
+            let configuration = try ParleyConfiguration(reading: reader)
             // Before anything opens a span; nil when traces are off (the no-op tracer stays).
-            let traces = try Traces.bootstrap(environment)
+            let traces = try Traces.bootstrap(reader)
             let store = PostgresStore(
-                configuration: StoreConfiguration(connectionString: configuration.databaseURL, maxConnections: configuration.databasePoolSize),
+                configuration: StoreConfiguration(connectionString: configuration.database.url, maxConnections: configuration.database.poolSize),
                 logger: logger)
-            if configuration.migrateOnStart {
-                let applied = try await migrate(store: store, source: configuration.migrations, logger: logger)
+            if configuration.database.migrateOnStart {
+                let applied = try await migrate(store: store, source: configuration.database.migrations, logger: logger)
                 logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
             }
             let transport = CurlTransport(configuration: configuration.transport, logger: logger)
@@ -77,14 +80,14 @@ struct Serve: AsyncParsableCommand {
                     logger.info(
                         "parley ready",
                         metadata: [
-                            "listen.port": "\(port)", "public.url": .string(configuration.publicURL),
+                            "listen.port": "\(port)", "public.url": .string(configuration.server.publicURL),
                             "destinations": "\(configuration.destinations.count)",
                         ])
                 })
             // The exporter starts first and stops last, after the server's final spans.
             let services = (traces.map { [ServiceGroupConfiguration.ServiceConfiguration(service: $0)] } ?? []) + [.init(service: app)]
             var group = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-            group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+            group.maximumGracefulShutdownDuration = configuration.timeouts.shutdownGrace
             try await ServiceGroup(configuration: group).run()
         }
     }
@@ -95,15 +98,12 @@ struct Migrate: AsyncParsableCommand {
         abstract: "Apply pending migrations (compiled in, or from PARLEY_MIGRATIONS_DIR) to PARLEY_DATABASE_URL and exit.")
 
     func run() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let logger = makeLogger(environment)
+        let reader = ParleyConfiguration.environmentReader()
+        let logger = makeLogger(reader)
         try await runReportingConfiguration(logger: logger) {
-            guard let url = environment["PARLEY_DATABASE_URL"], !url.isEmpty else {
-                throw ParleyConfiguration.Invalid(problems: ["PARLEY_DATABASE_URL is not set"])
-            }
-            let source = ParleyConfiguration.migrationSource(directory: environment["PARLEY_MIGRATIONS_DIR"])
-            let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: logger)
-            let applied = try await migrate(store: store, source: source, logger: logger)
+            let database = try ParleyConfiguration.Database(reading: reader)
+            let store = PostgresStore(configuration: StoreConfiguration(connectionString: database.url, maxConnections: 2), logger: logger)
+            let applied = try await migrate(store: store, source: database.migrations, logger: logger)
             await store.shutdown()
             print(applied.isEmpty ? "migrations: up to date" : "migrations applied: " + applied.joined(separator: ", "))
         }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Configuration
 import Foundation
 import Logging
 import ParleyServer
@@ -33,25 +34,30 @@ struct RekeyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let logger = makeLogger(environment)
+        let reader = ParleyConfiguration.environmentReader()
+        let logger = makeLogger(reader)
         var failed = false
         try await runReportingConfiguration(logger: logger) {
             var problems: [String] = []
-            let url = environment["PARLEY_DATABASE_URL"] ?? ""
-            if url.isEmpty { problems.append("PARLEY_DATABASE_URL is not set") }
-            let keys = environment["PARLEY_ENCRYPTION_KEYS"] ?? ""
+            let database: ParleyConfiguration.Database?
+            do throws(ParleyConfiguration.Invalid) {
+                database = try ParleyConfiguration.Database(reading: reader)
+            } catch {
+                problems += error.problems
+                database = nil
+            }
+            let keys = reader.string(forKey: "parley.encryption_keys", isSecret: true) ?? ""
             let keyRing = Result { try Rekey.keyRing(parsing: keys) }
             if keys.isEmpty {
                 problems.append("PARLEY_ENCRYPTION_KEYS is not set (the key to seal under first, then every key still in use)")
             } else if case .failure(let error) = keyRing {
                 problems.append("\(error)")
             }
-            guard problems.isEmpty, case .success(let ring) = keyRing else { throw ParleyConfiguration.Invalid(problems: problems) }
+            guard problems.isEmpty, let database, case .success(let ring) = keyRing else { throw ParleyConfiguration.Invalid(problems: problems) }
 
-            let store = PostgresStore(configuration: StoreConfiguration(connectionString: url, maxConnections: 2), logger: logger)
+            let store = PostgresStore(configuration: StoreConfiguration(connectionString: database.url, maxConnections: 2), logger: logger)
             do {
-                failed = try await rekey(Rekey(store: store, keyRing: ring), store: store, environment: environment, logger: logger)
+                failed = try await rekey(Rekey(store: store, keyRing: ring), store: store, migrations: database.migrations, logger: logger)
             } catch {
                 await store.shutdown()
                 throw error
@@ -62,9 +68,8 @@ struct RekeyCommand: AsyncParsableCommand {
     }
 
     /// Returns whether something is left that an operator must see to (exit 1).
-    private func rekey(_ rekey: Rekey, store: PostgresStore, environment: [String: String], logger: Logger) async throws -> Bool {
-        let source = ParleyConfiguration.migrationSource(directory: environment["PARLEY_MIGRATIONS_DIR"])
-        let pending = try await Migrator(store: store, source: source, logger: logger).pending()
+    private func rekey(_ rekey: Rekey, store: PostgresStore, migrations: MigrationSource, logger: Logger) async throws -> Bool {
+        let pending = try await Migrator(store: store, source: migrations, logger: logger).pending()
         guard pending.isEmpty else {
             note("parley rekey: migrations are pending (\(pending.joined(separator: ", "))); run parley migrate first")
             return true

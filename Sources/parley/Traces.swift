@@ -1,3 +1,4 @@
+import Configuration
 import OTel
 import ServiceLifecycle
 import Tracing
@@ -11,25 +12,25 @@ import ParleyServer
 /// Only traces: logs stay on standard error and metrics on `/metrics`.
 enum Traces {
     /// Whether traces are on, or the configuration problem.
-    static func enabled(_ environment: [String: String]) throws(ParleyConfiguration.Invalid) -> Bool {
-        func set(_ name: String) -> Bool { !(environment[name] ?? "").isEmpty }
-        if environment["OTEL_SDK_DISABLED"]?.lowercased() == "true" { return false }
-        if let exporter = environment["OTEL_TRACES_EXPORTER"]?.lowercased(), exporter == "none" { return false }
-        switch environment["PARLEY_OTEL_TRACES"]?.lowercased() {
+    static func enabled(_ reader: ConfigReader) throws(ParleyConfiguration.Invalid) -> Bool {
+        func value(_ key: ConfigKey) -> String? { reader.string(forKey: key)?.lowercased() }
+        if value("otel.sdk_disabled") == "true" { return false }
+        if value("otel.traces_exporter") == "none" { return false }
+        switch value("parley.otel_traces") {
         case "otlp": return true
         case "none", "off": return false
         case nil, "": break
         case let other?:
-            throw ParleyConfiguration.Invalid(problems: ["PARLEY_OTEL_TRACES must be 'otlp' or 'none', not '\(other)'"])
+            throw ParleyConfiguration.Invalid(problems: ["PARLEY_OTEL_TRACES must be 'otlp' or 'none', not '\(other.prefix(40))'"])
         }
-        if environment["OTEL_TRACES_EXPORTER"]?.lowercased() == "otlp" { return true }
-        return set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        if value("otel.traces_exporter") == "otlp" { return true }
+        return value("otel.exporter_otlp_endpoint") != nil || value("otel.exporter_otlp_traces_endpoint") != nil
     }
 
     /// Bootstraps the OTel tracer and returns its exporting service, or nil (no tracer, no
     /// background work: the no-op tracer stays) when traces are off.
-    static func bootstrap(_ environment: [String: String]) throws -> (any Service)? {
-        guard try enabled(environment) else { return nil }
+    static func bootstrap(_ reader: ConfigReader) throws -> (any Service)? {
+        guard try enabled(reader) else { return nil }
         var configuration = OTel.Configuration.default
         configuration.serviceName = "parley"
         configuration.logs.enabled = false

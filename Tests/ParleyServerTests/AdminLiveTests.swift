@@ -132,7 +132,7 @@ import Testing
 @Suite(.serialized) struct HousekeepingLiveTests {
     @Test func lastUseOfATokenReachesTheAdminView() async throws {
         try await withLiveParley(
-            destinations: { [OAuth2Tests.destination($0, grant: "password")] }, adjust: { $0.tokenUsageInterval = .milliseconds(50) }
+            destinations: { [OAuth2Tests.destination($0, grant: "password")] }, adjust: { $0.housekeeping.tokenUsageInterval = .milliseconds(50) }
         ) { live in
             let (id, token) = try await live.register("as")
             #expect(try await live.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)

@@ -22,7 +22,8 @@ import Testing
         var approval = DestinationSpec(name: "approve", url: "https://approve.example")
         approval.registration = .init(policy: "approval")
         return ParleyConfiguration(
-            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken],
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""),
+            keys: .init(keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken]),
             destinations: [open, try enrol.validated(), try approval.validated()])
     }
 

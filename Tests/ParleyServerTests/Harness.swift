@@ -116,9 +116,9 @@ func withLiveParley<T: Sendable>(
         for _ in 0..<options.instances {
             let port = try options.port ?? (options.fixedPorts ? FreePort.find() : 0)
             var configuration = ParleyConfiguration(
-                databaseURL: databaseURL, listenPort: port, publicURL: "http://127.0.0.1:\(port)", keyRing: testKeyRing(),
-                adminTokens: ["admin-token-0123456789"], destinations: destinations,
-                memoryBodyBytes: 64 * 1024, spoolDirectory: spool)
+                server: .init(port: port), database: .init(url: databaseURL),
+                keys: .init(keyRing: testKeyRing(), adminTokens: ["admin-token-0123456789"]), destinations: destinations,
+                bodies: .init(memoryBytes: 64 * 1024, spoolDirectory: spool))
             adjust(&configuration)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
             let (ports, continuation) = AsyncStream<Int>.makeStream()

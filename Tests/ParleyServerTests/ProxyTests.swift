@@ -77,7 +77,7 @@ import Testing
     @Test func badInputIsRefusedAndChangesNothing() async throws {
         try await withLiveParley(
             destinations: { [DestinationSpec(name: "sim", url: $0, basic: .init(), maxRequestBodyBytes: 1024)] },
-            adjust: { $0.maxJSONBytes = 512 }
+            adjust: { $0.limits.maxJSONBytes = 512 }
         ) { live in
             let (_, token) = try await live.register()
             let before = try await live.stateCounts()

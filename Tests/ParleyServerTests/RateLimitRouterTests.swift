@@ -41,8 +41,8 @@ import Testing
             grant: "password", authorizationEndpoint: nil, tokenEndpoint: "https://auth.example/token", revocationEndpoint: nil,
             clientId: "parley", clientSecret: "s", clientAuthentication: nil, scopes: nil, scopeKeys: nil, challenge: nil)
         let configuration = ParleyConfiguration(
-            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), destinations: [basic, form, try oauth.validated()],
-            rateLimits: limits)
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
+            destinations: [basic, form, try oauth.validated()], rateLimits: limits)
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock)
         dependencies.registrations = registrations
         let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
@@ -101,10 +101,10 @@ import Testing
             for await _ in released { break }
             return .text(200, "{}")
         }
-        var configuration = ParleyConfiguration(
-            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(),
-            destinations: [try DestinationSpec(name: "slow", url: "https://slow.example").validated()])
-        configuration.maxInFlightPerRegistration = 1
+        let configuration = ParleyConfiguration(
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
+            destinations: [try DestinationSpec(name: "slow", url: "https://slow.example").validated()],
+            limits: .init(maxInFlightPerRegistration: 1))
         let app = buildApplication(
             configuration: configuration, dependencies: .inMemory(transport: transport, clock: TestClock()), logger: quietLogger)
         try await app.test(.router) { client in

@@ -39,7 +39,8 @@ import Testing
             return try d.validated()
         }
         let configuration = ParleyConfiguration(
-            databaseURL: "", publicURL: "https://parley.example", keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken],
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""),
+            keys: .init(keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken]),
             destinations: [try spec("code", "authorization_code"), try spec("cc", "client_credentials")])
         let registrations = InMemoryRegistrations()
         let cookies = InMemoryCookies()

@@ -26,7 +26,7 @@ import Testing
             revocationEndpoint: nil, clientId: "parley", clientSecret: nil, clientAuthentication: nil, scopes: ["read"], scopeKeys: nil,
             challenge: nil)
         return ParleyConfiguration(
-            databaseURL: "", publicURL: publicURL, keyRing: testKeyRing(), adminTokens: [adminToken],
+            server: .init(publicURL: publicURL), database: .init(url: ""), keys: .init(keyRing: testKeyRing(), adminTokens: [adminToken]),
             destinations: [basic, try spec.validated()])
     }
 

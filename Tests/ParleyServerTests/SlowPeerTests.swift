@@ -12,8 +12,8 @@ import Glibc
 /// that stalls and an idle keep-alive connection are closed by Parley on its own clock.
 @Suite(.serialized) struct SlowPeerTests {
     static func tight(_ configuration: inout ParleyConfiguration) {
-        configuration.requestHeadTimeout = .seconds(1)
-        configuration.requestBodyIdleTimeout = .seconds(1)
+        configuration.timeouts.requestHead = .seconds(1)
+        configuration.timeouts.requestBodyIdle = .seconds(1)
     }
 
     @Test func aTrickledHeadIsCutOff() async throws {

@@ -1,69 +1,28 @@
 public import AuthFlows
+public import Configuration
 import Conversation
 public import CurlTransport
 public import Foundation
 public import ParleyCrypto
 public import Store
 
-/// Parley's configuration, read once from `PARLEY_*` variables and the
+/// Parley's configuration: one small struct per component, each read once through a
+/// `ConfigReader` (the environment's `PARLEY_*` variables in production) together with the
 /// destinations file. Every problem is reported at start, not the first one only.
 public struct ParleyConfiguration: Sendable {
-    public var databaseURL: String
-    public var listenHost: String
-    public var listenPort: Int
-    /// External base URL, possibly with a path prefix, without a trailing slash.
-    public var publicURL: String
-    public var keyRing: KeyRing
-    /// SHA-256 of each admin token; presented tokens are compared in constant time.
-    public var adminTokenHashes: [[UInt8]]
+    public var server: Server
+    public var database: Database
+    public var keys: Keys
     public var destinations: [String: Destination]
-    public var maxJSONBytes: Int
-    /// Request bodies up to this size stay in memory for replay; larger ones are spooled.
-    public var memoryBodyBytes: Int
-    public var spoolDirectory: String
-    /// `PARLEY_MIGRATIONS_DIR`: read migrations from here instead of the copies in the binary.
-    public var migrationsDirectory: String?
-    public var migrateOnStart: Bool
-    public var databasePoolSize: Int
-    public var managerIdleTimeout: Duration
-    public var shutdownGracePeriod: Duration
+    public var limits: Limits
+    public var bodies: Bodies
+    /// The upstream transport: libcurl's connection limits and the paused-transfer deadline.
+    public var transport: CurlTransport.Configuration
     public var rateLimits: RateLimitSettings
-    /// Audit events older than this are purged.
-    public var auditRetention: Duration
-    /// How often token use is written (`last_used_at`), in one batch.
-    public var tokenUsageInterval: Duration = .seconds(5)
-    /// Spool files of this instance hold at most this many bytes together.
-    public var spoolQuotaBytes: Int64 = 8 << 30
-    /// Proxied requests one registration may have in flight on this instance.
-    public var maxInFlightPerRegistration = 256
-    /// A client connection must deliver a complete request head within this time of
-    /// opening or of its previous response (slowloris); an idle keep-alive connection
-    /// is closed after it too.
-    public var requestHeadTimeout: Duration = .seconds(20)
-    /// A request body that stalls for this long closes the connection.
-    public var requestBodyIdleTimeout: Duration = .seconds(30)
-    /// An upstream transfer paused because its client stopped reading is ended after this.
-    public var pausedTransferDeadline: Duration = .seconds(60)
-    /// Connections open to one upstream host at a time; more exchanges wait for one.
-    public var upstreamConnectionsPerHost = 32
-    /// Connections open to all upstreams together, and the keep-alive cache's size.
-    public var upstreamConnections = 256
+    public var timeouts: Timeouts
+    public var housekeeping: Housekeeping
 
-    /// The upstream transport's settings (libcurl's connection limits and the paused-transfer deadline).
-    public var transport: CurlTransport.Configuration {
-        CurlTransport.Configuration(
-            maxConnectionsPerHost: upstreamConnectionsPerHost, maxTotalConnections: upstreamConnections,
-            pausedTransferDeadline: pausedTransferDeadline)
-    }
-
-    /// Where migrations come from: the directory when one is configured, else the binary.
-    public var migrations: MigrationSource { Self.migrationSource(directory: migrationsDirectory) }
-
-    /// `PARLEY_MIGRATIONS_DIR` when set and not empty, else the copies compiled into the binary.
-    public static func migrationSource(directory: String?) -> MigrationSource {
-        directory.flatMap { $0.isEmpty ? nil : .directory($0) } ?? .embedded(EmbeddedMigrations.files)
-    }
-
+    /// Every problem with the configuration, one line each.
     public struct Invalid: Error, CustomStringConvertible {
         public let problems: [String]
         public init(problems: [String]) { self.problems = problems }
@@ -72,149 +31,305 @@ public struct ParleyConfiguration: Sendable {
         }
     }
 
+    /// A configuration made in code (tests, embedding); what is not given keeps its default,
+    /// except the rate limits, which are off.
     public init(
-        databaseURL: String, listenHost: String = "127.0.0.1", listenPort: Int = 8080, publicURL: String, keyRing: KeyRing,
-        adminTokens: [String] = [], destinations: [Destination], maxJSONBytes: Int = 65536, memoryBodyBytes: Int = 1 << 20,
-        spoolDirectory: String = NSTemporaryDirectory(), migrationsDirectory: String? = nil, migrateOnStart: Bool = true,
-        databasePoolSize: Int = 16, managerIdleTimeout: Duration = .seconds(600), shutdownGracePeriod: Duration = .seconds(25),
-        rateLimits: RateLimitSettings = RateLimitSettings(), auditRetention: Duration = .seconds(90 * 86_400)
+        server: Server, database: Database, keys: Keys, destinations: [Destination], limits: Limits = Limits(), bodies: Bodies = Bodies(),
+        transport: CurlTransport.Configuration = CurlTransport.Configuration(), rateLimits: RateLimitSettings = RateLimitSettings(),
+        timeouts: Timeouts = Timeouts(), housekeeping: Housekeeping = Housekeeping()
     ) {
-        self.rateLimits = rateLimits
-        self.auditRetention = auditRetention
-        self.databaseURL = databaseURL
-        self.listenHost = listenHost
-        self.listenPort = listenPort
-        self.publicURL = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
-        self.keyRing = keyRing
-        self.adminTokenHashes = adminTokens.map { SecretToken.hash($0) }
+        self.server = server
+        self.database = database
+        self.keys = keys
         self.destinations = Dictionary(destinations.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
-        self.maxJSONBytes = maxJSONBytes
-        self.memoryBodyBytes = memoryBodyBytes
-        self.spoolDirectory = spoolDirectory
-        self.migrationsDirectory = migrationsDirectory
-        self.migrateOnStart = migrateOnStart
-        self.databasePoolSize = databasePoolSize
-        self.managerIdleTimeout = managerIdleTimeout
-        self.shutdownGracePeriod = shutdownGracePeriod
+        self.limits = limits
+        self.bodies = bodies
+        self.transport = transport
+        self.rateLimits = rateLimits
+        self.timeouts = timeouts
+        self.housekeeping = housekeeping
     }
 
-    /// Reads the environment. `PARLEY_DATABASE_URL` and `PARLEY_ENCRYPTION_KEYS` are required here;
-    /// the demo script provides both when it starts its own PostgreSQL.
-    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> ParleyConfiguration {
-        var problems: [String] = []
-        let databaseURL = env["PARLEY_DATABASE_URL"] ?? ""
-        if databaseURL.isEmpty { problems.append("PARLEY_DATABASE_URL is not set (a libpq connection string or URI)") }
+    /// Reads every component from `reader` (keys under `parley`, see `SettingsReader`).
+    /// `PARLEY_DATABASE_URL`, `PARLEY_ENCRYPTION_KEYS` and `PARLEY_DESTINATIONS` are required;
+    /// the demo script provides them when it starts its own PostgreSQL.
+    public init(reading reader: ConfigReader) throws(Invalid) {
+        self = try SettingsReader.read(reader) { settings in
+            // Every component is read, so that every problem is reported.
+            let server = Server(reading: settings)
+            let database = Database(reading: settings)
+            let keys = Keys(reading: settings)
+            let destinations = Self.destinations(reading: settings)
+            let limits = Limits(reading: settings)
+            let bodies = Bodies(reading: settings)
+            let transport = CurlTransport.Configuration(reading: settings)
+            let rateLimits = RateLimitSettings(reading: settings)
+            let timeouts = Timeouts(reading: settings)
+            let housekeeping = Housekeeping(reading: settings)
+            guard let keys else { return nil }
+            return ParleyConfiguration(
+                server: server, database: database, keys: keys, destinations: destinations, limits: limits, bodies: bodies,
+                transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping)
+        }
+    }
 
-        var host = "127.0.0.1"
-        var port = 8080
-        if let listen = env["PARLEY_LISTEN"], !listen.isEmpty {
-            if let colon = listen.lastIndex(of: ":"), let p = Int(listen[listen.index(after: colon)...]), (0...65535).contains(p) {
-                host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-                port = p
-            } else {
-                problems.append("PARLEY_LISTEN must be host:port, got '\(listen)'")
+    /// Reads the environment (the process's unless given); an empty variable counts as unset.
+    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws(Invalid) -> ParleyConfiguration {
+        try ParleyConfiguration(reading: environmentReader(environment))
+    }
+
+    /// `PARLEY_DESTINATIONS`: the destinations file, every problem in it reported.
+    static func destinations(reading settings: SettingsReader) -> [Destination] {
+        guard let path = settings.string("destinations") else {
+            settings.report("\(settings.variable("destinations")) is not set (path of the destinations YAML file)")
+            return []
+        }
+        do {
+            return try DestinationsDocument.validate(try DestinationsFile.load(path: path))
+        } catch let error as DestinationSpec.Invalid {
+            error.problems.forEach(settings.report)
+        } catch {
+            settings.report("\(error)")
+        }
+        return []
+    }
+}
+
+extension ParleyConfiguration {
+    /// Where Parley listens and how it is reached: `PARLEY_LISTEN`, `PARLEY_PUBLIC_URL`.
+    public struct Server: Sendable {
+        public var host: String
+        public var port: Int
+        /// External base URL, possibly with a path prefix, without a trailing slash.
+        public var publicURL: String
+
+        /// Without a public URL, `http://host:port`.
+        public init(host: String = "127.0.0.1", port: Int = 8080, publicURL: String? = nil) {
+            self.host = host
+            self.port = port
+            let url = publicURL ?? "http://\(host):\(port)"
+            self.publicURL = url.hasSuffix("/") ? String(url.dropLast()) : url
+        }
+
+        init(reading settings: SettingsReader) {
+            var host = "127.0.0.1"
+            var port = 8080
+            if let listen = settings.string("listen") {
+                if let colon = listen.lastIndex(of: ":"), let p = Int(listen[listen.index(after: colon)...]), (0...65535).contains(p) {
+                    host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                    port = p
+                } else {
+                    settings.report("\(settings.variable("listen")) must be host:port, got '\(listen.prefix(80))'")
+                }
+            }
+            self.init(host: host, port: port, publicURL: settings.string("public_url"))
+            if URLParts(publicURL) == nil || URLParts(publicURL)?.query != nil {
+                settings.report(
+                    "\(settings.variable("public_url")) must be an absolute http(s) URL without query, got '\(publicURL.prefix(200))'")
             }
         }
+    }
 
-        let publicURL = env["PARLEY_PUBLIC_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://\(host):\(port)"
-        if URLParts(publicURL) == nil || URLParts(publicURL)?.query != nil {
-            problems.append("PARLEY_PUBLIC_URL must be an absolute http(s) URL without query, got '\(publicURL)'")
+    /// The database and its schema: `PARLEY_DATABASE_URL`, `PARLEY_DATABASE_POOL_SIZE`,
+    /// `PARLEY_MIGRATIONS_DIR`, `PARLEY_MIGRATE_ON_START`.
+    public struct Database: Sendable {
+        /// A libpq connection string or URI; a secret (it may hold a password).
+        public var url: String
+        public var poolSize: Int
+        /// Read migrations from here instead of the copies in the binary.
+        public var migrationsDirectory: String?
+        public var migrateOnStart: Bool
+
+        public init(url: String, poolSize: Int = 16, migrationsDirectory: String? = nil, migrateOnStart: Bool = true) {
+            self.url = url
+            self.poolSize = poolSize
+            self.migrationsDirectory = migrationsDirectory
+            self.migrateOnStart = migrateOnStart
         }
 
-        var keyRing: KeyRing?
-        if let keys = env["PARLEY_ENCRYPTION_KEYS"], !keys.isEmpty {
-            do { keyRing = try KeyRing.parse(keys) } catch { problems.append("\(error)") }
-        } else {
-            problems.append("PARLEY_ENCRYPTION_KEYS is not set (kid:base64(32 bytes)[,kid:…]; e.g. k1:$(openssl rand -base64 32))")
+        /// Reads the database settings alone (`parley migrate`, `parley rekey`).
+        public init(reading reader: ConfigReader) throws(Invalid) {
+            self = try SettingsReader.read(reader) { Database(reading: $0) }
         }
 
-        let adminTokens = (env["PARLEY_ADMIN_TOKENS"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty }
-        if adminTokens.contains(where: { $0.utf8.count < 16 }) { problems.append("PARLEY_ADMIN_TOKENS: each token needs at least 16 characters") }
+        init(reading settings: SettingsReader) {
+            let url = settings.string("database_url", secret: true)
+            if url == nil { settings.report("\(settings.variable("database_url")) is not set (a libpq connection string or URI)") }
+            self.init(
+                url: url ?? "", poolSize: settings.int("database_pool_size", default: 16, in: 1...500),
+                migrationsDirectory: settings.string("migrations_dir"), migrateOnStart: settings.bool("migrate_on_start", default: true))
+        }
 
-        var destinations: [Destination] = []
-        if let path = env["PARLEY_DESTINATIONS"], !path.isEmpty {
+        /// Where migrations come from: the directory when one is configured, else the binary.
+        public var migrations: MigrationSource {
+            migrationsDirectory.flatMap { $0.isEmpty ? nil : .directory($0) } ?? .embedded(EmbeddedMigrations.files)
+        }
+    }
+
+    /// The key ring and the admin tokens: `PARLEY_ENCRYPTION_KEYS`, `PARLEY_ADMIN_TOKENS`.
+    /// Problems name a key by its id and a token by nothing.
+    public struct Keys: Sendable {
+        public var keyRing: KeyRing
+        /// SHA-256 of each admin token; presented tokens are compared in constant time.
+        public var adminTokenHashes: [[UInt8]]
+
+        public init(keyRing: KeyRing, adminTokens: [String] = []) {
+            self.keyRing = keyRing
+            self.adminTokenHashes = adminTokens.map { SecretToken.hash($0) }
+        }
+
+        /// Nil, with the problems reported, when there is no usable key ring.
+        init?(reading settings: SettingsReader) {
+            let adminTokens = settings.list("admin_tokens", secret: true)
+            if adminTokens.contains(where: { $0.utf8.count < 16 }) {
+                settings.report("\(settings.variable("admin_tokens")): each token needs at least 16 characters")
+            }
+            guard let keys = settings.string("encryption_keys", secret: true) else {
+                settings.report(
+                    "\(settings.variable("encryption_keys")) is not set (kid:base64(32 bytes)[,kid:…]; e.g. k1:$(openssl rand -base64 32))")
+                return nil
+            }
             do {
-                destinations = try DestinationsDocument.validate(try DestinationsFile.load(path: path))
-            } catch let error as DestinationSpec.Invalid {
-                problems += error.problems
+                self.init(keyRing: try KeyRing.parse(keys), adminTokens: adminTokens)
             } catch {
-                problems.append("\(error)")
+                settings.report("\(error)")  // ids and positions, never key material
+                return nil
             }
-        } else {
-            problems.append("PARLEY_DESTINATIONS is not set (path of the destinations YAML file)")
+        }
+    }
+
+    /// What one caller may ask of an instance: `PARLEY_MAX_JSON_BYTES`,
+    /// `PARLEY_MAX_INFLIGHT_PER_REGISTRATION`.
+    public struct Limits: Sendable {
+        public var maxJSONBytes: Int
+        /// Proxied requests one registration may have in flight on this instance.
+        public var maxInFlightPerRegistration: Int
+
+        public init(maxJSONBytes: Int = 65536, maxInFlightPerRegistration: Int = 256) {
+            self.maxJSONBytes = maxJSONBytes
+            self.maxInFlightPerRegistration = maxInFlightPerRegistration
         }
 
-        func int(_ name: String, default value: Int, range: ClosedRange<Int>) -> Int {
-            guard let text = env[name], !text.isEmpty else { return value }
-            guard let n = Int(text), range.contains(n) else {
-                problems.append("\(name) must be a whole number in \(range.lowerBound)...\(range.upperBound), got '\(text)'")
-                return value
-            }
-            return n
+        init(reading settings: SettingsReader) {
+            self.init(
+                maxJSONBytes: settings.int("max_json_bytes", default: 65536, in: 256...(16 << 20)),
+                maxInFlightPerRegistration: settings.int("max_inflight_per_registration", default: 256, in: 1...100_000))
         }
-        let maxJSON = int("PARLEY_MAX_JSON_BYTES", default: 65536, range: 256...(16 << 20))
-        let memoryBody = int("PARLEY_MEMORY_BODY_BYTES", default: 1 << 20, range: 0...(64 << 20))
-        let poolSize = int("PARLEY_DATABASE_POOL_SIZE", default: 16, range: 1...500)
-        let idle = int("PARLEY_MANAGER_IDLE_SECONDS", default: 600, range: 1...86400)
-        let grace = int("PARLEY_SHUTDOWN_GRACE_SECONDS", default: 25, range: 0...3600)
-        let spool = env["PARLEY_SPOOL_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? NSTemporaryDirectory()
-        var isDirectory: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: spool, isDirectory: &isDirectory) || !isDirectory.boolValue {
-            problems.append("PARLEY_SPOOL_DIR '\(spool)' is not a directory")
-        }
-        let migrateOnStart: Bool
-        switch env["PARLEY_MIGRATE_ON_START"]?.lowercased() {
-        case nil, "", "true", "1", "yes": migrateOnStart = true
-        case "false", "0", "no": migrateOnStart = false
-        case let other?:
-            problems.append("PARLEY_MIGRATE_ON_START must be true or false, got '\(other)'")
-            migrateOnStart = true
+    }
+
+    /// Proxied request bodies, in memory or spooled: `PARLEY_MEMORY_BODY_BYTES`,
+    /// `PARLEY_SPOOL_DIR`, `PARLEY_SPOOL_QUOTA_MIB`.
+    public struct Bodies: Sendable {
+        /// Request bodies up to this size stay in memory for replay; larger ones are spooled.
+        public var memoryBytes: Int
+        public var spoolDirectory: String
+        /// Spool files of this instance hold at most this many bytes together.
+        public var spoolQuotaBytes: Int64
+
+        public init(memoryBytes: Int = 1 << 20, spoolDirectory: String = NSTemporaryDirectory(), spoolQuotaBytes: Int64 = 8 << 30) {
+            self.memoryBytes = memoryBytes
+            self.spoolDirectory = spoolDirectory
+            self.spoolQuotaBytes = spoolQuotaBytes
         }
 
-        var limits = RateLimitSettings.defaults
-        func limit(_ name: String, _ keyPath: WritableKeyPath<RateLimitSettings, RateLimit?>) {
-            guard let text = env[name], !text.isEmpty else { return }
+        init(reading settings: SettingsReader) {
+            let spool = settings.string("spool_dir") ?? NSTemporaryDirectory()
+            var isDirectory: ObjCBool = false
+            if !FileManager.default.fileExists(atPath: spool, isDirectory: &isDirectory) || !isDirectory.boolValue {
+                settings.report("\(settings.variable("spool_dir")) '\(spool.prefix(200))' is not a directory")
+            }
+            self.init(
+                memoryBytes: settings.int("memory_body_bytes", default: 1 << 20, in: 0...(64 << 20)), spoolDirectory: spool,
+                spoolQuotaBytes: Int64(settings.int("spool_quota_mib", default: 8192, in: 1...(1 << 24))) << 20)
+        }
+    }
+
+    /// How long things may take: `PARLEY_REQUEST_HEAD_TIMEOUT_SECONDS`,
+    /// `PARLEY_REQUEST_BODY_IDLE_SECONDS`, `PARLEY_MANAGER_IDLE_SECONDS`, `PARLEY_SHUTDOWN_GRACE_SECONDS`.
+    public struct Timeouts: Sendable {
+        /// A client connection must deliver a complete request head within this time of
+        /// opening or of its previous response (slowloris); an idle keep-alive connection
+        /// is closed after it too.
+        public var requestHead: Duration
+        /// A request body that stalls for this long closes the connection.
+        public var requestBodyIdle: Duration
+        /// An unused registration's conversation manager is dropped after this.
+        public var managerIdle: Duration
+        /// In-flight requests may finish for this long after SIGTERM.
+        public var shutdownGrace: Duration
+
+        public init(
+            requestHead: Duration = .seconds(20), requestBodyIdle: Duration = .seconds(30), managerIdle: Duration = .seconds(600),
+            shutdownGrace: Duration = .seconds(25)
+        ) {
+            self.requestHead = requestHead
+            self.requestBodyIdle = requestBodyIdle
+            self.managerIdle = managerIdle
+            self.shutdownGrace = shutdownGrace
+        }
+
+        init(reading settings: SettingsReader) {
+            self.init(
+                requestHead: .seconds(settings.int("request_head_timeout_seconds", default: 20, in: 1...3600)),
+                requestBodyIdle: .seconds(settings.int("request_body_idle_seconds", default: 30, in: 1...3600)),
+                managerIdle: .seconds(settings.int("manager_idle_seconds", default: 600, in: 1...86400)),
+                shutdownGrace: .seconds(settings.int("shutdown_grace_seconds", default: 25, in: 0...3600)))
+        }
+    }
+
+    /// Work done in the background: `PARLEY_AUDIT_RETENTION_DAYS`.
+    public struct Housekeeping: Sendable {
+        /// Audit events older than this are purged.
+        public var auditRetention: Duration
+        /// How often token use is written (`last_used_at`), in one batch.
+        public var tokenUsageInterval: Duration
+
+        public init(auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5)) {
+            self.auditRetention = auditRetention
+            self.tokenUsageInterval = tokenUsageInterval
+        }
+
+        init(reading settings: SettingsReader) {
+            self.init(auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400))
+        }
+    }
+}
+
+extension CurlTransport.Configuration {
+    /// `PARLEY_UPSTREAM_CONNECTIONS_PER_HOST`, `PARLEY_UPSTREAM_CONNECTIONS`, `PARLEY_PAUSED_TRANSFER_SECONDS`;
+    /// the buffer marks keep their defaults.
+    init(reading settings: SettingsReader) {
+        let perHost = settings.int("upstream_connections_per_host", default: 32, in: 1...10_000)
+        let all = settings.int("upstream_connections", default: 256, in: 1...100_000)
+        if all < perHost {
+            settings.report(
+                "\(settings.variable("upstream_connections")) (\(all)) must be at least \(settings.variable("upstream_connections_per_host")) (\(perHost))")
+        }
+        self.init(
+            maxConnectionsPerHost: perHost, maxTotalConnections: all,
+            pausedTransferDeadline: .seconds(settings.int("paused_transfer_seconds", default: 60, in: 1...86400)))
+    }
+}
+
+extension RateLimitSettings {
+    /// `PARLEY_RATE_LIMIT_REGISTRATIONS`, `…_PROXY`, `…_TOKEN_CALLS`, `…_FAILED_LOGINS` (`N/S` or
+    /// `off`, unset keeps the default) and `PARLEY_TRUSTED_PROXIES`.
+    init(reading settings: SettingsReader) {
+        self = .defaults
+        let limits = settings.scoped("rate_limit")
+        func limit(_ key: String, _ keyPath: WritableKeyPath<RateLimitSettings, RateLimit?>) {
+            guard let text = limits.string(key) else { return }
             guard let parsed = RateLimit.parse(text) else {
-                problems.append("\(name) must be N/S (N events per S seconds) or off, got '\(text.prefix(40))'")
+                limits.report("\(limits.variable(key)) must be N/S (N events per S seconds) or off, got '\(text.prefix(40))'")
                 return
             }
-            limits[keyPath: keyPath] = parsed
+            self[keyPath: keyPath] = parsed
         }
-        limit("PARLEY_RATE_LIMIT_REGISTRATIONS", \.registrations)
-        limit("PARLEY_RATE_LIMIT_PROXY", \.proxy)
-        limit("PARLEY_RATE_LIMIT_TOKEN_CALLS", \.tokenCalls)
-        limit("PARLEY_RATE_LIMIT_FAILED_LOGINS", \.failedLogins)
-        limits.trustedProxies = Set(
-            (env["PARLEY_TRUSTED_PROXIES"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty })
-        let retentionDays = int("PARLEY_AUDIT_RETENTION_DAYS", default: 90, range: 1...3650)
-
-        let spoolQuotaMiB = int("PARLEY_SPOOL_QUOTA_MIB", default: 8192, range: 1...(1 << 24))
-        let maxInFlight = int("PARLEY_MAX_INFLIGHT_PER_REGISTRATION", default: 256, range: 1...100_000)
-        let headTimeout = int("PARLEY_REQUEST_HEAD_TIMEOUT_SECONDS", default: 20, range: 1...3600)
-        let bodyIdle = int("PARLEY_REQUEST_BODY_IDLE_SECONDS", default: 30, range: 1...3600)
-        let pausedDeadline = int("PARLEY_PAUSED_TRANSFER_SECONDS", default: 60, range: 1...86400)
-        let perHost = int("PARLEY_UPSTREAM_CONNECTIONS_PER_HOST", default: 32, range: 1...10_000)
-        let allHosts = int("PARLEY_UPSTREAM_CONNECTIONS", default: 256, range: 1...100_000)
-        if allHosts < perHost {
-            problems.append("PARLEY_UPSTREAM_CONNECTIONS (\(allHosts)) must be at least PARLEY_UPSTREAM_CONNECTIONS_PER_HOST (\(perHost))")
-        }
-
-        guard problems.isEmpty, let keyRing else { throw Invalid(problems: problems) }
-        var configuration = ParleyConfiguration(
-            databaseURL: databaseURL, listenHost: host, listenPort: port, publicURL: publicURL, keyRing: keyRing,
-            adminTokens: adminTokens, destinations: destinations, maxJSONBytes: maxJSON, memoryBodyBytes: memoryBody,
-            spoolDirectory: spool, migrationsDirectory: env["PARLEY_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }, migrateOnStart: migrateOnStart,
-            databasePoolSize: poolSize, managerIdleTimeout: .seconds(idle), shutdownGracePeriod: .seconds(grace), rateLimits: limits,
-            auditRetention: .seconds(retentionDays * 86_400))
-        configuration.spoolQuotaBytes = Int64(spoolQuotaMiB) << 20
-        configuration.maxInFlightPerRegistration = maxInFlight
-        configuration.requestHeadTimeout = .seconds(headTimeout)
-        configuration.requestBodyIdleTimeout = .seconds(bodyIdle)
-        configuration.pausedTransferDeadline = .seconds(pausedDeadline)
-        configuration.upstreamConnectionsPerHost = perHost
-        configuration.upstreamConnections = allHosts
-        return configuration
+        limit("registrations", \.registrations)
+        limit("proxy", \.proxy)
+        limit("token_calls", \.tokenCalls)
+        limit("failed_logins", \.failedLogins)
+        trustedProxies = Set(settings.list("trusted_proxies"))
     }
 }
 

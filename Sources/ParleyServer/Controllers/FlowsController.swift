@@ -27,12 +27,12 @@ struct FlowsController: Sendable {
         }
         let (flow, url) = try await flows.create(
             for: context.registration, kind: kind, scopeKey: kinds[kind]?.scopeKey(for: destination))
-        return JSONBody.response(.created, flows.view(flow, url: url))
+        return try JSONBody.response(.created, flows.view(flow, url: url))
     }
 
     @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let id = context.parameters.get("id") ?? ""
         let view = try await flows.status(id: id, wait: request.uri.queryParameters.get("wait"), registration: context.registration)
-        return JSONBody.response(.ok, view)
+        return try JSONBody.response(.ok, view)
     }
 }

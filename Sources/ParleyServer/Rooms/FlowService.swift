@@ -46,7 +46,7 @@ struct FlowService: Sendable {
             returnUrl: registration.returnUrl, challengeURL: challengeURL, expiresAt: now.addingTimeInterval(Self.lifetime), createdAt: now)
         try await flows.insert(flow)
         await audit.record(
-            "flow.created", actor: .system, registrationID: registration.id, destination: registration.destination,
+            .flowCreated, actor: .system, registrationID: registration.id, destination: registration.destination,
             detail: ["kind": kind.rawValue, "flow": flow.idString, "purpose": purpose.rawValue])
         return (flow, url(flow, secret: secret))
     }
@@ -63,16 +63,11 @@ struct FlowService: Sendable {
     /// Where every flow page ends.
     func doneURL(_ flow: FlowRecord) -> String { publicURL + "/flows/\(flow.idString)/done" }
 
-    /// The contract's flow object.
-    func view(_ flow: FlowRecord, url: String? = nil) -> JSONValue {
-        .object([
-            "id": .string(flow.idString),
-            "kind": .string(flow.kind.rawValue),
-            "status": .string(flow.status.rawValue),
-            "url": .optional(url ?? self.url(flow)),
-            "expiresAt": .string(RFC3339.format(flow.expiresAt)),
-            "error": flow.status == .failed ? .string(flow.error ?? "failed") : .null,
-        ])
+    /// The contract's flow object (`url` with the secret only for the flow's owner).
+    func view(_ flow: FlowRecord, url: String? = nil) -> FlowView {
+        FlowView(
+            id: flow.idString, kind: flow.kind.rawValue, status: flow.status.rawValue, url: url ?? self.url(flow), expiresAt: flow.expiresAt,
+            error: flow.status == .failed ? flow.error ?? "failed" : nil)
     }
 
     /// The flow, with a pending one past its expiry turned `expired` first.
@@ -114,13 +109,13 @@ struct FlowService: Sendable {
             for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
         var problem = Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
         problem.headers[.parleyFlow] = url
-        problem.extra["flow"] = view(flow, url: url)
+        problem.extra["flow"] = try JSONValueEncoder().encode(view(flow, url: url))
         return problem
     }
 
     /// The registration's own flow only; waits (at most 60 s) for it to leave `pending`,
     /// woken by the flow signals from any instance.
-    func status(id: String, wait: String?, registration: RegistrationRecord) async throws -> JSONValue {
+    func status(id: String, wait: String?, registration: RegistrationRecord) async throws -> FlowView {
         guard let uuid = UUID(uuidString: id), var flow = try await current(uuid), flow.registrationID == registration.id else {
             throw Problem.notFound("no such flow")
         }
@@ -147,11 +142,11 @@ struct FlowService: Sendable {
         let span = startSpan("flow finish")
         defer { span.end() }
         if span.isRecording { span.updateAttributes { $0["parley.flow.kind"] = flow.kind.rawValue; $0["parley.flow.status"] = status.rawValue } }
-        guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
+        guard let action = AuditAction(flowFinished: status), try await flows.finish(id: flow.id, status: status, error: error, at: clock.now)
+        else { return }
         metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", status.rawValue)])
         await audit.record(
-            "flow.\(status.rawValue)", actor: .system, registrationID: flow.registrationID,
-            detail: ["flow": flow.idString, "kind": flow.kind.rawValue])
+            action, actor: .system, registrationID: flow.registrationID, detail: ["flow": flow.idString, "kind": flow.kind.rawValue])
         logger.info("flow finished", metadata: ["flow.id": .string(flow.idString), "flow.status": .string(status.rawValue)])
         // What waited on the flow runs first, so a woken long-poll finds its effect done
         // (an SMP registration active with its APPCID).
@@ -160,6 +155,17 @@ struct FlowService: Sendable {
         }
         try await signals.announce(flowID: flow.id)
     }
+}
+
+/// The contract's flow object, the same in a registration, a `401`, and `GET /v1/flows/{id}`:
+/// every member present, `url` and `error` `null` when absent.
+struct FlowView: Encodable, Sendable, Equatable {
+    let id: String
+    let kind: String
+    let status: String
+    @Nullable var url: String?
+    let expiresAt: Date
+    @Nullable var error: String?
 }
 
 enum RFC3339 {
