@@ -27,7 +27,7 @@ struct RequestTracingMiddleware: RouterMiddleware {
             }
             return response
         } catch {
-            finish(span, route: context.endpointPath, method: request.method.rawValue, status: (error as? any HTTPResponseError).map { Int($0.status.code) } ?? 500)
+            finish(span, route: context.endpointPath, method: request.method.rawValue, status: Int(Problem.from(error).status.code))
             span.recordError(error)
             span.end()
             throw error

@@ -9,46 +9,191 @@ struct AdminController: Sendable {
 
     /// `GET /admin/v1/registrations?destination=&userHint=&limit=&cursor=`
     @Sendable func registrations(_ request: Request, context: AdminRequestContext) async throws -> Response {
-        let query = request.uri.queryParameters
-        let page = try await administration.list(
-            destination: try Problem.checkedText(query.get("destination"), "destination"),
-            userHint: try Problem.checkedText(query.get("userHint"), "userHint"), limit: try Administration.limit(query.get("limit")),
-            cursor: try Problem.checkedText(query.get("cursor"), "cursor"), admin: context.admin)
-        return JSONBody.response(.ok, page)
+        let page = try await administration.list(try RegistrationQuery(request.uri.queryParameters), admin: context.admin)
+        return try JSONBody.response(.ok, ListPage(items: page.items.map(AdminRegistrationView.init), nextCursor: page.next?.encoded))
     }
 
     /// `GET /admin/v1/registrations/{id}`: the registration shape (without the APPCID) and token metadata.
     @Sendable func registration(_ request: Request, context: AdminRequestContext) async throws -> Response {
-        let record = try await administration.registration(id: context.parameters.get("id"))
-        return JSONBody.response(.ok, try await administration.detail(record, admin: context.admin))
+        let record = try await registration(context)
+        return try JSONBody.response(.ok, AdminRegistrationView(try await administration.detail(record, admin: context.admin)))
     }
 
     /// `DELETE /admin/v1/registrations/{id}`: full teardown, as the client's own DELETE.
     @Sendable func delete(_ request: Request, context: AdminRequestContext) async throws -> Response {
-        let record = try await administration.registration(id: context.parameters.get("id"))
-        try await service.deregister(record, actor: .admin, logger: context.logger)
+        try await service.deregister(try await registration(context), actor: .admin, logger: context.logger)
         return Response(status: .noContent)
     }
 
     /// `POST /admin/v1/registrations/{id}/approval`
     @Sendable func approve(_ request: Request, context: AdminRequestContext) async throws -> Response {
-        let record = try await administration.registration(id: context.parameters.get("id"))
-        let approved = try await service.approve(record, admin: context.admin, logger: context.logger)
-        return JSONBody.response(.ok, try service.view(approved.record, flow: approved.flow, showAppcid: false))
+        let approved = try await service.approve(try await registration(context), admin: context.admin, logger: context.logger)
+        return try JSONBody.response(.ok, RegistrationView(approved.record, appcid: nil, flow: approved.flow))
     }
 
     /// `POST /admin/v1/revocations`
     @Sendable func revoke(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let input = try await JSONBody.decode(RevocationRequest.self, from: request, limit: maxJSONBytes)
-        return JSONBody.response(.ok, try await administration.revoke(input, admin: context.admin, logger: context.logger))
+        let outcome = try await administration.revoke(try input.revocation(), admin: context.admin, logger: context.logger)
+        return try JSONBody.response(.ok, RevocationView(outcome))
     }
 
     /// `GET /admin/v1/audit?since=&limit=&cursor=`
     @Sendable func auditEvents(_ request: Request, context: AdminRequestContext) async throws -> Response {
-        let query = request.uri.queryParameters
-        let page = try await administration.auditPage(
-            since: try Problem.checkedText(query.get("since"), "since"), limit: try Administration.limit(query.get("limit")),
-            cursor: try Problem.checkedText(query.get("cursor"), "cursor"), admin: context.admin)
-        return JSONBody.response(.ok, page)
+        let page = try await administration.auditPage(try AuditQuery(request.uri.queryParameters), admin: context.admin)
+        return try JSONBody.response(.ok, ListPage(items: page.events.map(AuditEventView.init), nextCursor: page.next?.encoded))
+    }
+
+    /// The registration the path names; `404` for an unknown id and for one that is not a UUID.
+    private func registration(_ context: AdminRequestContext) async throws -> RegistrationRecord {
+        guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { throw RegistrationError.notFound }
+        return try await administration.registration(id: id)
+    }
+}
+
+// MARK: - Input
+
+/// `limit` from a query: 1…500, 50 when absent.
+private func pageLimit(_ query: Parameters) throws(InvalidInput) -> Int {
+    guard let text = query.get("limit") else { return Administration.defaultLimit }
+    guard let limit = Int(text), (1...Administration.maxLimit).contains(limit) else { throw .limit(max: Administration.maxLimit) }
+    return limit
+}
+
+extension RegistrationQuery {
+    /// `?destination=&userHint=&limit=&cursor=`, checked in that order.
+    init(_ query: Parameters) throws(InvalidInput) {
+        let destination = try InvalidInput.checkedText(query.get("destination"), "destination")
+        let userHint = try InvalidInput.checkedText(query.get("userHint"), "userHint")
+        let limit = try pageLimit(query)
+        var after: RegistrationCursor?
+        if let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor") {
+            guard let decoded = RegistrationCursor(encoded: cursor) else { throw .cursor }
+            after = decoded
+        }
+        self.init(destination: destination, userHint: userHint, limit: limit, after: after)
+    }
+}
+
+extension AuditQuery {
+    /// `?since=&limit=&cursor=`: the text of each checked first, then `since` and `cursor` read.
+    init(_ query: Parameters) throws(InvalidInput) {
+        let since = try InvalidInput.checkedText(query.get("since"), "since")
+        let limit = try pageLimit(query)
+        let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor")
+        var from: Date?
+        if let since {
+            guard let date = try? Date(since, strategy: .iso8601) else { throw .since }
+            from = date
+        }
+        var before: AuditCursor?
+        if let cursor {
+            guard let decoded = AuditCursor(encoded: cursor) else { throw .cursor }
+            before = decoded
+        }
+        self.init(since: from, limit: limit, before: before)
+    }
+}
+
+/// `POST /admin/v1/revocations` input. Unknown members are ignored; wrong types are refused.
+struct RevocationRequest: Decodable, Sendable {
+    var registrationId: String?
+    var destination: String?
+    var userHint: String?
+    var scopeKey: String?
+    var upstream: Bool?
+
+    /// The typed revocation: `registrationId` a UUID, the other filters 1 to 2048 bytes
+    /// without control characters (checked in that order).
+    func revocation() throws(InvalidInput) -> Revocation {
+        var filter = RevocationFilter(destination: destination, userHint: userHint, scopeKey: scopeKey)
+        if let registrationId {
+            guard let id = UUID(uuidString: registrationId) else { throw .uuid(field: "registrationId") }
+            filter.registrationID = id
+        }
+        _ = try InvalidInput.checkedText(destination, "destination")
+        _ = try InvalidInput.checkedText(userHint, "userHint")
+        _ = try InvalidInput.checkedText(scopeKey, "scopeKey")
+        return Revocation(filter: filter, upstream: upstream == true)
+    }
+}
+
+// MARK: - Answers
+
+/// `{"items": [...], "nextCursor": string|null}`: a page of a newest-first list.
+struct ListPage<Item: Encodable & Sendable>: Encodable, Sendable {
+    let items: [Item]
+    @Nullable var nextCursor: String?
+}
+
+/// The admin registration object: the registration object with `appcid` always `null`,
+/// plus `tokens` (metadata, never a value).
+struct AdminRegistrationView: Encodable, Sendable {
+    let registration: RegistrationView
+    let tokens: [TokenView]
+
+    init(_ admin: AdminRegistration) {
+        registration = RegistrationView(admin.record, appcid: nil, flow: admin.flow)
+        tokens = admin.tokens.map(TokenView.init)
+    }
+
+    private enum CodingKeys: String, CodingKey { case tokens }
+
+    /// The registration's members and `tokens`, in one object.
+    func encode(to encoder: any Encoder) throws {
+        try registration.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(tokens, forKey: .tokens)
+    }
+
+    struct TokenView: Encodable, Sendable {
+        let kind: String
+        let scopeKey: String
+        @Nullable var expiresAt: Date?
+        @Nullable var lastUsedAt: Date?
+
+        init(_ token: TokenMetadata) {
+            kind = token.kind
+            scopeKey = token.scopeKey
+            expiresAt = token.expiresAt
+            lastUsedAt = token.lastUsedAt
+        }
+    }
+}
+
+/// `{"revoked": n, "upstream": {"attempted": n, "failed": n} | null}`
+struct RevocationView: Encodable, Sendable {
+    let revoked: Int
+    @Nullable var upstream: Upstream?
+
+    struct Upstream: Encodable, Sendable {
+        let attempted: Int
+        let failed: Int
+    }
+
+    init(_ outcome: RevocationOutcome) {
+        revoked = outcome.revoked
+        upstream = outcome.upstream.map { Upstream(attempted: $0.attempted, failed: $0.failed) }
+    }
+}
+
+/// An audit event: `detail` holds strings only and never a secret.
+struct AuditEventView: Encodable, Sendable {
+    let id: Int64
+    let at: Date
+    let actor: String
+    let action: String
+    @Nullable var registrationId: UUID?
+    @Nullable var destination: String?
+    let detail: [String: String]
+
+    init(_ stored: StoredAuditEvent) {
+        id = stored.id
+        at = stored.at
+        actor = stored.event.actor.rawValue
+        action = stored.event.action
+        registrationId = stored.event.registrationID
+        destination = stored.event.destination
+        detail = stored.event.detail
     }
 }

@@ -6,13 +6,18 @@ struct OperationsController: Sendable {
     let readiness: any ReadinessProbe
     let metrics: Metrics
 
+    /// `{"status": "ok"}` and `{"status": "ready"}`.
+    struct Status: Encodable, Sendable {
+        let status: String
+    }
+
     @Sendable func health(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        JSONBody.response(.ok, .object(["status": .string("ok")]))
+        try JSONBody.response(.ok, Status(status: "ok"))
     }
 
     @Sendable func ready(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         guard await readiness.isReady() else { return Problem.storeUnavailable().render() }
-        return JSONBody.response(.ok, .object(["status": .string("ready")]))
+        return try JSONBody.response(.ok, Status(status: "ready"))
     }
 
     /// The OpenAPI 3.1 description of the thin-client and administration APIs.

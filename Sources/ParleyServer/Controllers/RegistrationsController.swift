@@ -1,3 +1,4 @@
+import Foundation
 import HTTPTypes
 import Hummingbird
 
@@ -14,16 +15,49 @@ struct RegistrationsController: Sendable {
         let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
         let created = try await service.register(
             input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], logger: context.logger)
-        return JSONBody.response(.created, try service.view(created.record, clientToken: created.clientToken, flow: created.flow))
+        return try JSONBody.response(
+            .created,
+            RegistrationView(created.record, appcid: try service.appcid(of: created.record), flow: created.flow, clientToken: created.clientToken))
     }
 
     @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let record = context.registration
-        return JSONBody.response(.ok, try service.view(record, flow: try await service.pendingFlow(of: record)))
+        return try JSONBody.response(
+            .ok, RegistrationView(record, appcid: try service.appcid(of: record), flow: try await service.pendingFlow(of: record)))
     }
 
     @Sendable func delete(_ request: Request, context: ClientRequestContext) async throws -> Response {
         try await service.deregister(context.registration, actor: .client, logger: context.logger)
         return Response(status: .noContent)
+    }
+}
+
+/// The contract's registration object (docs/api.md, "Registration object"). `appcid` is
+/// shown to its own registration only (administrators get `null`); `clientToken` only in
+/// the answer that creates the registration.
+struct RegistrationView: Encodable, Sendable {
+    let id: UUID
+    let destination: String
+    let status: String
+    @Nullable var appcid: String?
+    @Nullable var deviceType: String?
+    @Nullable var deviceModel: String?
+    @Nullable var userHint: String?
+    let createdAt: Date
+    /// The flow a `login_required` registration waits on.
+    @Nullable var flow: FlowView?
+    let clientToken: String?
+
+    init(_ record: RegistrationRecord, appcid: String?, flow: FlowView?, clientToken: String? = nil) {
+        id = record.id
+        destination = record.destination
+        status = record.status.rawValue
+        self.appcid = appcid
+        deviceType = record.deviceType
+        deviceModel = record.deviceModel
+        userHint = record.userHint
+        createdAt = record.createdAt
+        self.flow = flow
+        self.clientToken = clientToken
     }
 }

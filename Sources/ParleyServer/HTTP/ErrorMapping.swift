@@ -5,12 +5,23 @@ import ParleyCrypto
 import Store
 
 extension Problem {
-    /// The one place where failures become contract answers. Details never carry
-    /// secrets: transport and store errors describe themselves safely.
+    /// The one place where failures become contract answers: rooms and controllers throw
+    /// domain errors (`InvalidInput`, `RegistrationError`, `AdministrationError`,
+    /// `SMPRegistrationError`) and the lower layers theirs; each gets its status, code and
+    /// detail here. Details never carry secrets: transport and store errors describe
+    /// themselves safely.
     static func from(_ error: any Error) -> Problem {
         switch error {
         case let problem as Problem:
             return problem
+        case let error as InvalidInput:
+            return mapping(error)
+        case let error as RegistrationError:
+            return mapping(error)
+        case let error as AdministrationError:
+            return mapping(error)
+        case let error as SMPRegistrationError:
+            return mapping(error)
         case let error as TransportError:
             switch error.code {
             case .timeout: return Problem(.gatewayTimeout, .upstreamTimeout, "the upstream did not answer in time")
@@ -49,6 +60,45 @@ extension Problem {
             }
         default:
             return Problem(.internalServerError, .internalError, "an unexpected error occurred")
+        }
+    }
+
+    private static func mapping(_ error: InvalidInput) -> Problem {
+        switch error {
+        case .text(let field, let maxBytes): .invalid("\(field) must be 1 to \(maxBytes) bytes without control characters")
+        case .printable(let field, let maxBytes): .invalid("\(field) must be at most \(maxBytes) printable characters")
+        case .limit(let max): .invalid("limit must be a whole number from 1 to \(max)")
+        case .cursor: .invalid("cursor is not one Parley handed out")
+        case .since: .invalid("since must be an RFC 3339 date-time")
+        case .uuid(let field): .invalid("\(field) must be a UUID")
+        }
+    }
+
+    private static func mapping(_ error: RegistrationError) -> Problem {
+        switch error {
+        case .unknownDestination(let name): .invalid("unknown destination '\(name.prefix(100))'")
+        case .returnURLNotAllowed: .invalid("returnUrl is not allowed for this destination")
+        case .certificateNotBase64(let maxBytes): .invalid("clientCertificate.pkcs12 must be base64 PKCS#12 of at most \(maxBytes) bytes")
+        case .certificateUnusable(let reason): .invalid("clientCertificate.pkcs12 \(reason)")
+        case .enrolmentSecretRefused:
+            Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
+        case .notPendingApproval: .invalid("the registration is not waiting for approval")
+        case .notFound: .notFound("no such registration")
+        }
+    }
+
+    private static func mapping(_ error: AdministrationError) -> Problem {
+        switch error {
+        case .revocationOfEverything:
+            .invalid("name at least one of registrationId, destination, userHint, scopeKey: a revocation of everything is refused")
+        }
+    }
+
+    private static func mapping(_ error: SMPRegistrationError) -> Problem {
+        switch error {
+        case .answeredWithoutAPPCID: Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
+        case .credentialsRefused: Problem(.forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")
+        case .unexpectedStatus(let status): Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered \(status)")
         }
     }
 }

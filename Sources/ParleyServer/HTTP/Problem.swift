@@ -80,13 +80,10 @@ public struct Problem: HTTPResponseError, Sendable {
 
     static func invalid(_ detail: String) -> Problem { Problem(.badRequest, .invalidRequest, detail) }
 
-    /// `value` unless it has control characters (NUL included: PostgreSQL refuses it) or
-    /// more than `maxBytes` bytes; `400 invalid_request` naming `field` otherwise.
+    /// `InvalidInput.checkedText` for code that answers with a `Problem` itself:
+    /// `400 invalid_request` naming `field`.
     static func checkedText(_ value: String?, _ field: String, maxBytes: Int = 2048) throws(Problem) -> String? {
-        guard let value else { return nil }
-        guard !value.isEmpty, value.utf8.count <= maxBytes, !value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
-        else { throw invalid("\(field) must be 1 to \(maxBytes) bytes without control characters") }
-        return value
+        do { return try InvalidInput.checkedText(value, field, maxBytes: maxBytes) } catch { throw from(error) }
     }
 
     static func notFound(_ detail: String = "no such resource") -> Problem { Problem(.notFound, .notFound, detail) }

@@ -27,6 +27,25 @@ public struct RegistrationCursor: Sendable, Equatable {
     }
 }
 
+/// A position in the newest-first audit log: events older than the one with `id` follow.
+public struct AuditCursor: Sendable, Equatable {
+    public let id: Int64
+
+    public init(id: Int64) {
+        self.id = id
+    }
+
+    /// Opaque to clients: base64url of `a:id`.
+    public var encoded: String { Base64URL.encode(Array("a:\(id)".utf8)) }
+
+    public init?(encoded: String) {
+        guard let bytes = Base64.decode(encoded), let text = String(validating: bytes, as: UTF8.self), text.hasPrefix("a:"),
+            let id = Int64(text.dropFirst(2))
+        else { return nil }
+        self.init(id: id)
+    }
+}
+
 /// What the admin list asks for.
 public struct RegistrationQuery: Sendable {
     public var destination: String?

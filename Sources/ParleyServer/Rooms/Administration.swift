@@ -1,15 +1,58 @@
 import AuthFlows
 import Foundation
 import Logging
-import ParleyEncoding
 
-/// `POST /admin/v1/revocations` input.
-struct RevocationRequest: Decodable {
-    var registrationId: String?
-    var destination: String?
-    var userHint: String?
-    var scopeKey: String?
-    var upstream: Bool?
+/// Why an administrative call was refused. Input that breaks a field rule is `InvalidInput`.
+enum AdministrationError: Error, Sendable, Equatable {
+    /// A revocation that names no filter would remove every credential.
+    case revocationOfEverything
+}
+
+/// A revocation: the credentials `filter` matches, and whether to revoke each token at
+/// the upstream's RFC 7009 endpoint first.
+struct Revocation: Sendable, Equatable {
+    var filter: RevocationFilter
+    var upstream: Bool
+}
+
+/// What a revocation did: credential records removed, and the upstream revocations
+/// tried and failed when they were asked for.
+struct RevocationOutcome: Sendable, Equatable {
+    struct Upstream: Sendable, Equatable {
+        var attempted: Int
+        var failed: Int
+    }
+
+    var revoked: Int
+    var upstream: Upstream?
+}
+
+/// A registration as administrators see it: the record, the flow a `login_required` one
+/// waits on, and its tokens' metadata (never a value).
+struct AdminRegistration: Sendable {
+    let record: RegistrationRecord
+    let flow: FlowView?
+    let tokens: [TokenMetadata]
+}
+
+/// A page of the newest-first registration list; `next` continues after its last item
+/// and is nil when the page is not full.
+struct AdminRegistrationPage: Sendable {
+    let items: [AdminRegistration]
+    let next: RegistrationCursor?
+}
+
+/// What the audit log is asked for: events at or after `since`, older than the cursor's.
+struct AuditQuery: Sendable, Equatable {
+    var since: Date?
+    var limit: Int
+    var before: AuditCursor?
+}
+
+/// A page of audit events, newest first; `next` is nil when the page is not full.
+struct AuditPage: Sendable {
+    let events: [StoredAuditEvent]
+    let next: AuditCursor?
 }
 
 /// What administrators may see and do: registrations with their token metadata (never a
@@ -26,75 +69,42 @@ struct Administration: Sendable {
     let invalidation: CacheInvalidation
     let audit: AuditLog
 
-    /// `limit` from a query: 1…500, default 50.
-    static func limit(_ text: String?) throws(Problem) -> Int {
-        guard let text else { return defaultLimit }
-        guard let n = Int(text), (1...maxLimit).contains(n) else { throw Problem.invalid("limit must be a whole number from 1 to \(maxLimit)") }
-        return n
-    }
-
-    func registration(id text: String?) async throws -> RegistrationRecord {
-        guard let id = text.flatMap(UUID.init(uuidString:)), let record = try await registrations.find(id: id) else {
-            throw Problem.notFound("no such registration")
-        }
+    func registration(id: UUID) async throws -> RegistrationRecord {
+        guard let record = try await registrations.find(id: id) else { throw RegistrationError.notFound }
         return record
     }
 
-    /// The newest-first page after `cursor`.
-    func list(destination: String?, userHint: String?, limit: Int, cursor: String?, admin: AdminIdentity) async throws -> JSONValue {
-        var after: RegistrationCursor?
-        if let cursor {
-            guard let decoded = RegistrationCursor(encoded: cursor) else { throw Problem.invalid("cursor is not one Parley handed out") }
-            after = decoded
-        }
-        let page = try await repository.registrations(RegistrationQuery(destination: destination, userHint: userHint, limit: limit, after: after))
+    /// The newest-first page after `query.after`.
+    func list(_ query: RegistrationQuery, admin: AdminIdentity) async throws -> AdminRegistrationPage {
+        let page = try await repository.registrations(query)
         let tokens = try await repository.tokenMetadata(registrationIDs: page.map(\.0.id))
-        var items: [JSONValue] = []
-        for (record, _) in page { items.append(try await view(record, tokens: tokens[record.id] ?? [])) }
+        var items: [AdminRegistration] = []
+        for (record, _) in page { items.append(try await registration(record, tokens: tokens[record.id] ?? [])) }
         await audit.record(
-            "admin.registrations.listed", actor: .admin, destination: destination,
+            .adminRegistrationsListed, actor: .admin, destination: query.destination,
             detail: ["admin": admin.name, "count": String(items.count)])
-        return .object(["items": .array(items), "nextCursor": page.count == limit ? .optional(page.last?.1.encoded) : .null])
+        return AdminRegistrationPage(items: items, next: page.count == query.limit ? page.last?.1 : nil)
     }
 
-    func detail(_ record: RegistrationRecord, admin: AdminIdentity) async throws -> JSONValue {
+    func detail(_ record: RegistrationRecord, admin: AdminIdentity) async throws -> AdminRegistration {
         let tokens = try await repository.tokenMetadata(registrationIDs: [record.id])[record.id] ?? []
         await audit.record(
-            "admin.registration.read", actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
-        return try await view(record, tokens: tokens)
+            .adminRegistrationRead, actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
+        return try await registration(record, tokens: tokens)
     }
 
-    /// The registration shape (without the APPCID, with the flow a `login_required` one waits on) plus token metadata.
-    func view(_ record: RegistrationRecord, tokens: [TokenMetadata]) async throws -> JSONValue {
-        let flow = try await service.pendingFlow(of: record)
-        guard case .object(var object) = try service.view(record, flow: flow, showAppcid: false) else { return .null }
-        object["tokens"] = .array(
-            tokens.map {
-                .object([
-                    "kind": .string($0.kind), "scopeKey": .string($0.scopeKey),
-                    "expiresAt": .optional($0.expiresAt.map(RFC3339.format)), "lastUsedAt": .optional($0.lastUsedAt.map(RFC3339.format)),
-                ])
-            })
-        return .object(object)
+    private func registration(_ record: RegistrationRecord, tokens: [TokenMetadata]) async throws -> AdminRegistration {
+        AdminRegistration(record: record, flow: try await service.pendingFlow(of: record), tokens: tokens)
     }
 
     /// Removes the matching credentials; with `upstream`, revokes refresh and access tokens
     /// at the RFC 7009 endpoint first (an upstream failure is reported, the local removal happens).
-    func revoke(_ input: RevocationRequest, admin: AdminIdentity, logger: Logger) async throws -> JSONValue {
-        var filter = RevocationFilter(destination: input.destination, userHint: input.userHint, scopeKey: input.scopeKey)
-        if let id = input.registrationId {
-            guard let uuid = UUID(uuidString: id) else { throw Problem.invalid("registrationId must be a UUID") }
-            filter.registrationID = uuid
-        }
-        _ = try Problem.checkedText(input.destination, "destination")
-        _ = try Problem.checkedText(input.userHint, "userHint")
-        _ = try Problem.checkedText(input.scopeKey, "scopeKey")
-        guard !filter.isEmpty else {
-            throw Problem.invalid("name at least one of registrationId, destination, userHint, scopeKey: a revocation of everything is refused")
-        }
+    func revoke(_ revocation: Revocation, admin: AdminIdentity, logger: Logger) async throws -> RevocationOutcome {
+        let filter = revocation.filter
+        guard !filter.isEmpty else { throw AdministrationError.revocationOfEverything }
         var attempted = 0
         var failed = 0
-        if input.upstream == true {
+        if revocation.upstream {
             for (key, token) in try await repository.tokens(matching: filter) {
                 guard let destination = conversations.destinations[key.destination], let endpoint = conversations.tokenEndpoint(for: destination),
                     endpoint.settings.revocationEndpoint != nil
@@ -113,42 +123,19 @@ struct Administration: Sendable {
         if let id = filter.registrationID { detail["registrationId"] = id.uuidString.lowercased() }
         if let hint = filter.userHint { detail["userHint"] = hint }
         if let key = filter.scopeKey { detail["scopeKey"] = key }
-        if input.upstream == true {
+        if revocation.upstream {
             detail["upstreamAttempted"] = String(attempted)
             detail["upstreamFailed"] = String(failed)
         }
-        await audit.record("admin.revocation", actor: .admin, registrationID: filter.registrationID, destination: filter.destination, detail: detail)
+        await audit.record(.adminRevocation, actor: .admin, registrationID: filter.registrationID, destination: filter.destination, detail: detail)
         logger.info("revocation", metadata: ["revoked": "\(revoked)", "upstream.failed": "\(failed)"])
-        return .object([
-            "revoked": .number(Double(revoked)),
-            "upstream": input.upstream == true ? .object(["attempted": .number(Double(attempted)), "failed": .number(Double(failed))]) : .null,
-        ])
+        return RevocationOutcome(revoked: revoked, upstream: revocation.upstream ? .init(attempted: attempted, failed: failed) : nil)
     }
 
-    /// Newest first, at or after `since`.
-    func auditPage(since: String?, limit: Int, cursor: String?, admin: AdminIdentity) async throws -> JSONValue {
-        var from: Date?
-        if let since {
-            guard let date = try? Date(since, strategy: .iso8601) else { throw Problem.invalid("since must be an RFC 3339 date-time") }
-            from = date
-        }
-        var before: Int64?
-        if let cursor {
-            guard let bytes = Base64.decode(cursor), let text = String(validating: bytes, as: UTF8.self), text.hasPrefix("a:"),
-                let id = Int64(text.dropFirst(2))
-            else { throw Problem.invalid("cursor is not one Parley handed out") }
-            before = id
-        }
-        let events = try await repository.audit(since: from, before: before, limit: limit)
-        await audit.record("admin.audit.read", actor: .admin, detail: ["admin": admin.name, "count": String(events.count)])
-        let items: [JSONValue] = events.map { stored in
-            .object([
-                "id": .number(Double(stored.id)), "at": .string(RFC3339.format(stored.at)), "actor": .string(stored.event.actor.rawValue),
-                "action": .string(stored.event.action), "registrationId": .optional(stored.event.registrationID?.uuidString.lowercased()),
-                "destination": .optional(stored.event.destination), "detail": .object(stored.event.detail.mapValues { .string($0) }),
-            ])
-        }
-        let next = events.count == limit ? events.last.map { Base64URL.encode(Array("a:\($0.id)".utf8)) } : nil
-        return .object(["items": .array(items), "nextCursor": .optional(next)])
+    /// Newest first, at or after `query.since`.
+    func auditPage(_ query: AuditQuery, admin: AdminIdentity) async throws -> AuditPage {
+        let events = try await repository.audit(since: query.since, before: query.before?.id, limit: query.limit)
+        await audit.record(.adminAuditRead, actor: .admin, detail: ["admin": admin.name, "count": String(events.count)])
+        return AuditPage(events: events, next: events.count == query.limit ? events.last.map { AuditCursor(id: $0.id) } : nil)
     }
 }

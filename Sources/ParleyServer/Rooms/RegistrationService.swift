@@ -22,8 +22,28 @@ struct CreateRegistration: Decodable {
     }
 }
 
+/// Why a registration was refused or cannot be found. Input that breaks a field rule is
+/// `InvalidInput`; what the upstream refused is `SMPRegistrationError`.
+enum RegistrationError: Error, Sendable, Equatable {
+    /// No destination of this name is configured.
+    case unknownDestination(String)
+    /// `returnUrl` is not allowed for the destination.
+    case returnURLNotAllowed
+    /// `clientCertificate.pkcs12` is not base64 of at most `maxBytes` bytes.
+    case certificateNotBase64(maxBytes: Int)
+    /// `clientCertificate.pkcs12` could not be imported.
+    case certificateUnusable(ClientIdentity.ImportError)
+    /// The destination's `enrolment` policy: the `Parley-Enrolment` secret was missing or wrong.
+    case enrolmentSecretRefused
+    /// Approval of a registration that is not `pending_approval`.
+    case notPendingApproval
+    /// No registration has this id.
+    case notFound
+}
+
 /// Registrations: created locally, then registered upstream when the destination has
-/// SMP configured; torn down completely. Shapes them for the API.
+/// SMP configured; torn down completely. Returns records and the flow a registration
+/// waits on; the controllers shape them for the API.
 struct RegistrationService: Sendable {
     let registrations: any RegistrationRepository
     let tokens: any TokenRepository
@@ -36,29 +56,34 @@ struct RegistrationService: Sendable {
     let metrics: Metrics
     let clock: any WallClock
 
-    struct Created {
+    /// A registration after its upstream step: the record, and the login flow it waits on when `login_required`.
+    struct Proceeded: Sendable {
+        let record: RegistrationRecord
+        let flow: FlowView?
+    }
+
+    /// A new registration with its client token (shown this once).
+    struct Created: Sendable {
         let record: RegistrationRecord
         let clientToken: String
-        let flow: JSONValue?
+        let flow: FlowView?
     }
 
     /// `enrolmentSecret`: the `Parley-Enrolment` header, for destinations whose policy asks for it.
     func register(_ input: CreateRegistration, enrolmentSecret: String?, logger: Logger) async throws -> Created {
         guard let destination = conversations.destinations[input.destination] else {
-            throw Problem.invalid("unknown destination '\(input.destination.prefix(100))'")
+            throw RegistrationError.unknownDestination(input.destination)
         }
         for (field, value) in [("deviceType", input.deviceType), ("deviceModel", input.deviceModel), ("userHint", input.userHint)] {
-            if let value, value.utf8.count > 256 || value.unicodeScalars.contains(where: { $0.value < 0x20 }) {
-                throw Problem.invalid("\(field) must be at most 256 printable characters")
-            }
+            _ = try InvalidInput.checkedPrintable(value, field)
         }
-        if let returnUrl = try Problem.checkedText(input.returnUrl, "returnUrl"), !destination.allowsReturnURL(returnUrl) {
-            throw Problem.invalid("returnUrl is not allowed for this destination")
+        if let returnUrl = try InvalidInput.checkedText(input.returnUrl, "returnUrl"), !destination.allowsReturnURL(returnUrl) {
+            throw RegistrationError.returnURLNotAllowed
         }
         var certificate: ClientCertificateMaterial?
         if let c = input.clientCertificate {
             guard c.pkcs12.utf8.count <= 4 * ClientIdentity.maxPKCS12Bytes / 3 + 4, let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
-                throw Problem.invalid("clientCertificate.pkcs12 must be base64 PKCS#12 of at most \(ClientIdentity.maxPKCS12Bytes) bytes")
+                throw RegistrationError.certificateNotBase64(maxBytes: ClientIdentity.maxPKCS12Bytes)
             }
             // Checked and converted once, here, off the event loops; key derivation is bounded.
             let password = c.password
@@ -71,7 +96,7 @@ struct RegistrationService: Sendable {
             }
             switch outcome {
             case .success(let identity): certificate = ClientCertificateMaterial(identity: identity)
-            case .failure(let error): throw Problem.invalid("clientCertificate.pkcs12 \(error)")
+            case .failure(let error): throw RegistrationError.certificateUnusable(error)
             }
         }
 
@@ -79,10 +104,10 @@ struct RegistrationService: Sendable {
             let presented = SHA256.hash(Array((enrolmentSecret ?? "").utf8))
             guard let enrolmentSecret, !enrolmentSecret.isEmpty, enrolmentSecret.utf8.count <= 512, constantTimeEquals(presented, expected) else {
                 await audit.record(
-                    "registration.refused", actor: .client, destination: destination.name,
+                    .registrationRefused, actor: .client, destination: destination.name,
                     detail: ["policy": "enrolment", "secret": enrolmentSecret == nil ? "missing" : "wrong"])
                 metrics.increment(.registrations, [("action", "refused")])
-                throw Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
+                throw RegistrationError.enrolmentSecretRefused
             }
         }
         let id = UUID()
@@ -100,7 +125,7 @@ struct RegistrationService: Sendable {
         if waits {
             metrics.increment(.registrations, [("action", "created")])
             await audit.record(
-                "registration.created", actor: .client, registrationID: id, destination: destination.name, detail: ["policy": "approval"])
+                .registrationCreated, actor: .client, registrationID: id, destination: destination.name, detail: ["policy": "approval"])
             logger.info("registration waits for approval")
             return Created(record: record, clientToken: token, flow: nil)
         }
@@ -110,15 +135,15 @@ struct RegistrationService: Sendable {
     }
 
     /// `POST /admin/v1/registrations/{id}/approval`: a waiting registration goes on as an open one would.
-    func approve(_ record: RegistrationRecord, admin: AdminIdentity, logger: Logger) async throws -> (record: RegistrationRecord, flow: JSONValue?) {
-        guard record.status == .pendingApproval else { throw Problem.invalid("the registration is not waiting for approval") }
+    func approve(_ record: RegistrationRecord, admin: AdminIdentity, logger: Logger) async throws -> Proceeded {
+        guard record.status == .pendingApproval else { throw RegistrationError.notPendingApproval }
         let destination = try conversations.destination(of: record)
         try await registrations.setStatus(.active, id: record.id)
         await invalidation.changed(record.id)
         var active = record
         active.status = .active
         await audit.record(
-            "registration.approved", actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
+            .registrationApproved, actor: .admin, registrationID: record.id, destination: record.destination, detail: ["admin": admin.name])
         metrics.increment(.registrations, [("action", "approved")])
         return try await proceed(active, destination: destination, actor: .admin, logger: logger)
     }
@@ -126,12 +151,12 @@ struct RegistrationService: Sendable {
     /// The upstream step of a registration that may proceed: SMP registration when configured.
     private func proceed(
         _ record: RegistrationRecord, destination: Destination, actor: AuditActor, logger: Logger
-    ) async throws -> (record: RegistrationRecord, flow: JSONValue?) {
+    ) async throws -> Proceeded {
         let id = record.id
         guard let smp = destination.smp else {
-            await audit.record("registration.created", actor: actor, registrationID: id, destination: destination.name)
+            await audit.record(.registrationCreated, actor: actor, registrationID: id, destination: destination.name)
             logger.info("registration created")
-            return (record, nil)
+            return Proceeded(record: record, flow: nil)
         }
         do {
             switch try await registrar.register(record, smp: smp, destination: destination) {
@@ -141,9 +166,9 @@ struct RegistrationService: Sendable {
                 try await registrations.activate(id: id, appcidSealed: active.appcidSealed)
                 conversations.evict(id)  // the manager must now send the APPCID
                 await audit.record(
-                    "registration.created", actor: actor, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
+                    .registrationCreated, actor: actor, registrationID: id, destination: destination.name, detail: ["smp": "registered"])
                 logger.info("registration created", metadata: ["appcid": "present"])
-                return (active, nil)
+                return Proceeded(record: active, flow: nil)
             case .needsLogin(let interaction):
                 // Kept locally as login_required; the flow's completion registers upstream.
                 try await registrations.setStatus(.loginRequired, id: id)
@@ -153,10 +178,10 @@ struct RegistrationService: Sendable {
                     for: pending, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey,
                     challengeURL: interaction.url)
                 await audit.record(
-                    "registration.created", actor: actor, registrationID: id, destination: destination.name,
+                    .registrationCreated, actor: actor, registrationID: id, destination: destination.name,
                     detail: ["smp": "login_required"])
                 logger.info("registration waits for a login", metadata: ["flow.id": .string(flow.idString)])
-                return (pending, flows.view(flow, url: url))
+                return Proceeded(record: pending, flow: flows.view(flow, url: url))
             }
         } catch {
             // Nothing is kept for a registration the upstream refused or could not take.
@@ -164,7 +189,7 @@ struct RegistrationService: Sendable {
             _ = try? await registrations.delete(id: id)
             let problem = Problem.from(error)
             await audit.record(
-                "registration.refused", actor: .system, registrationID: id, destination: destination.name,
+                .registrationRefused, actor: .system, registrationID: id, destination: destination.name,
                 detail: ["code": problem.code.rawValue])
             metrics.increment(.registrations, [("action", "refused")])
             logger.info("registration refused upstream", metadata: ["problem.code": .string(problem.code.rawValue)])
@@ -181,13 +206,13 @@ struct RegistrationService: Sendable {
             let failure = await registrar.deregister(record, appcid: appcid, smp: smp, destination: destination)
         {
             await audit.record(
-                "registration.upstream_delete_failed", actor: .system, registrationID: record.id, destination: record.destination,
+                .registrationUpstreamDeleteFailed, actor: .system, registrationID: record.id, destination: record.destination,
                 detail: failure)
         }
         await revokeUpstream(registration: record)
         try await registrations.delete(id: record.id)
         await invalidation.changed(record.id)  // every instance stops using it at once
-        await audit.record("registration.deleted", actor: actor, registrationID: record.id, destination: record.destination)
+        await audit.record(.registrationDeleted, actor: actor, registrationID: record.id, destination: record.destination)
         metrics.increment(.registrations, [("action", "deleted")])
         logger.info("registration deleted", metadata: ["registration.id": .string(record.idString)])
     }
@@ -202,33 +227,21 @@ struct RegistrationService: Sendable {
             if let refresh = token.refreshToken, await endpoint.revoke(refresh, hint: "refresh_token") { revoked += 1 }
             if await endpoint.revoke(token.accessToken, hint: "access_token") { revoked += 1 }
             await audit.record(
-                "token.revoked", actor: .system, registrationID: record.id, destination: record.destination,
+                .tokenRevoked, actor: .system, registrationID: record.id, destination: record.destination,
                 detail: ["scopeKey": key.scopeKey, "upstream": String(revoked)])
         }
     }
 
     /// The pending flow a `login_required` registration waits on.
-    func pendingFlow(of record: RegistrationRecord) async throws -> JSONValue? {
+    func pendingFlow(of record: RegistrationRecord) async throws -> FlowView? {
         guard record.status == .loginRequired, let flow = try await flows.flows.latest(registrationID: record.id, purpose: .smpRegistration)
         else { return nil }
         return flows.view(flow)
     }
 
-    /// The contract's registration shape. `appcid` is shown to its own registration only.
-    func view(_ r: RegistrationRecord, clientToken: String? = nil, flow: JSONValue? = nil, showAppcid: Bool = true) throws -> JSONValue {
-        var object: [String: JSONValue] = [
-            "id": .string(r.idString),
-            "destination": .string(r.destination),
-            "status": .string(r.status.rawValue),
-            "appcid": showAppcid ? .optional(try secrets.appcid(of: r)) : .null,
-            "deviceType": .optional(r.deviceType),
-            "deviceModel": .optional(r.deviceModel),
-            "userHint": .optional(r.userHint),
-            "createdAt": .string(RFC3339.format(r.createdAt)),
-            "flow": flow ?? .null,
-        ]
-        if let clientToken { object["clientToken"] = .string(clientToken) }
-        return .object(object)
+    /// The registration's APPCID, opened; nil before the upstream gave one.
+    func appcid(of record: RegistrationRecord) throws -> String? {
+        try secrets.appcid(of: record)
     }
 }
 
@@ -241,7 +254,7 @@ struct AuditTokenEvents: TokenEventSink {
         var fields = ["grant": grant.rawValue, "scopeKey": key.scopeKey]
         if let detail { fields["outcome"] = detail }
         await audit.record(
-            event.rawValue, actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
+            AuditAction(event), actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
             detail: fields)
     }
 

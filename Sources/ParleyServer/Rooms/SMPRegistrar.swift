@@ -4,21 +4,39 @@ import Foundation
 import Logging
 import ParleyEncoding
 
+/// Why the upstream did not take an SMP registration.
+enum SMPRegistrationError: Error, Sendable, Equatable {
+    /// `200`/`201` without an `X-SMP-APPCID` cookie or header.
+    case answeredWithoutAPPCID
+    /// `401`/`403`: the registration's credentials were refused.
+    case credentialsRefused
+    /// Any other status.
+    case unexpectedStatus(Int)
+}
+
 /// SMP registration upstream (seed 003), through the registration's own conversation
 /// manager: `POST …/Connections` gives the APPCID; `DELETE …/Connections('…')` ends it.
 struct SMPRegistrar: Sendable {
     enum Outcome { case registered(appcid: String), needsLogin(InteractionRequest) }
 
+    /// The body of `POST …/Connections`; a device field the registration lacks is left out.
+    struct Connection: Encodable {
+        var deviceType: String?
+        var deviceModel: String?
+
+        enum CodingKeys: String, CodingKey {
+            case deviceType = "DeviceType"
+            case deviceModel = "DeviceModel"
+        }
+    }
+
     let conversations: Conversations
 
     func register(_ record: RegistrationRecord, smp: SMPSettings, destination: Destination) async throws -> Outcome {
-        var body: [String: JSONValue] = [:]
-        if let t = record.deviceType { body["DeviceType"] = .string(t) }
-        if let m = record.deviceModel { body["DeviceModel"] = .string(m) }
         let request = UpstreamRequest(
             method: "POST", url: connectionsURL(destination, smp: smp),
             headers: ["Content-Type": "application/json;charset=utf-8", "Accept": "application/json"],
-            body: .bytes(JSONValue.object(body).encoded()))
+            body: .bytes(try JSONBody.bytes(Connection(deviceType: record.deviceType, deviceModel: record.deviceModel))))
         let response: UpstreamResponse
         switch try await conversations.manager(for: record).execute(request) {
         case .interactionRequired(let interaction): return .needsLogin(interaction)
@@ -28,11 +46,11 @@ struct SMPRegistrar: Sendable {
         switch response.status {
         case 200, 201:
             if let appcid = Self.appcid(from: response.headers) { return .registered(appcid: appcid) }
-            throw Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
+            throw SMPRegistrationError.answeredWithoutAPPCID
         case 401, 403:
-            throw Problem(.forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")
+            throw SMPRegistrationError.credentialsRefused
         default:
-            throw Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered \(response.status)")
+            throw SMPRegistrationError.unexpectedStatus(response.status)
         }
     }
 
@@ -86,15 +104,15 @@ struct SMPActivation: FlowCompletion {
             else { return }
             conversations.evict(record.id)
             guard case .registered(let appcid) = try await registrar.register(record, smp: smp, destination: destination) else {
-                await audit.record("registration.smp_pending", actor: .system, registrationID: record.id, destination: record.destination)
+                await audit.record(.registrationSMPPending, actor: .system, registrationID: record.id, destination: record.destination)
                 return
             }
             try await registrations.activate(id: record.id, appcidSealed: secrets.seal(appcid: appcid, id: record.id))
             await invalidation.changed(record.id)  // managers must send the APPCID, everywhere
-            await audit.record("registration.activated", actor: .system, registrationID: record.id, destination: record.destination)
+            await audit.record(.registrationActivated, actor: .system, registrationID: record.id, destination: record.destination)
         } catch {
             await audit.record(
-                "registration.smp_failed", actor: .system, registrationID: flow.registrationID,
+                .registrationSMPFailed, actor: .system, registrationID: flow.registrationID,
                 detail: ["code": Problem.from(error).code.rawValue])
             logger.warning("upstream registration after login failed", metadata: ["error": "\(error)"])
         }
