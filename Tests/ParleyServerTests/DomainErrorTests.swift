@@ -64,8 +64,6 @@ import Testing
         for bad in ["a\nb", String(repeating: "x", count: 257)] {
             #expect(throws: InvalidInput.printable(field: "deviceType", maxBytes: 256)) { try InvalidInput.checkedPrintable(bad, "deviceType") }
         }
-        // Code that answers with a Problem itself gets the same rule and words.
-        #expect(throws: Problem.self) { try Problem.checkedText("", "cursor") }
     }
 
     @Test func auditActionsAreTheStoredStrings() {

@@ -80,12 +80,6 @@ public struct Problem: HTTPResponseError, Sendable {
 
     static func invalid(_ detail: String) -> Problem { Problem(.badRequest, .invalidRequest, detail) }
 
-    /// `InvalidInput.checkedText` for code that answers with a `Problem` itself:
-    /// `400 invalid_request` naming `field`.
-    static func checkedText(_ value: String?, _ field: String, maxBytes: Int = 2048) throws(Problem) -> String? {
-        do { return try InvalidInput.checkedText(value, field, maxBytes: maxBytes) } catch { throw from(error) }
-    }
-
     static func notFound(_ detail: String = "no such resource") -> Problem { Problem(.notFound, .notFound, detail) }
 
     static var invalidClientToken: Problem {
