@@ -36,28 +36,26 @@ struct ConsentFlow: FlowKindHandler {
 
     func scopeKey(for destination: Destination) -> String? { nil }
 
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
         var views = 0
         guard try await state.update(flow, { current in
             views = (current?.pageViews ?? 0) + 1
             current = State(pageViews: views)
-        }) != nil else { return Page.redirect(flows.doneURL(flow), status: .seeOther) }
-        return Page.html(.ok, title: "Confirm", message: "Confirm to continue.", attributes: ["data-consent-views": "\(views)"])
+        }) != nil else { return flows.done(flow) }
+        return .message(.ok, title: "Confirm", message: "Confirm to continue.", attributes: ["data-consent-views": "\(views)"])
     }
 
     func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
-            FlowRoute(path: "/flows/{id}/consent", methods: [.post]) { request, context in
-                await Page.guarding {
-                    switch try await flows.browserAccess(id: context.parameters.get("id"), secret: request.uri.queryParameters.get("k")) {
-                    case .pending(let flow) where flow.kind == ConsentFlow.name:
-                        try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
-                        return Page.redirect(flows.doneURL(flow), status: .seeOther)
-                    case .pending:
-                        return Page.problem(.notFound("no such consent"))
-                    case .answered(let page):
-                        return page
-                    }
+            FlowRoute(path: "/flows/{id}/consent", methods: [.post], sameOriginForm: true) { input, logger in
+                switch try await flows.browserAccess(id: input.id, secret: input.value("k")) {
+                case .pending(let flow) where flow.kind == ConsentFlow.name:
+                    try await flows.finish(flow, status: .completed, error: nil, logger: logger)
+                    return flows.done(flow)
+                case .pending:
+                    return .failure(.notFound("no such consent"))
+                case .answered(let page):
+                    return page
                 }
             }
         ]

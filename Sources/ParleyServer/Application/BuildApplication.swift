@@ -163,14 +163,16 @@ func compose(
     }
     let swept = spool.sweep()
     if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
-    let hostedUpstream = HostedUpstream(
+    let hostedUpstream = HostedUpstreamController(
         binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange)
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
         registrations: RegistrationsController(service: registrations, limits: limits, maxJSONBytes: configuration.limits.maxJSONBytes),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
-        flowPages: FlowPagesController(flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations),
+        flowPages: FlowPagesController(
+            flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
+            publicOrigin: URLParts(configuration.server.publicURL)?.origin),
         proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,

@@ -9,7 +9,7 @@ struct Controllers: Sendable {
     let proxy: ProxyController
     let proxyAdmission: ProxyAdmission
     let admin: AdminController
-    let hostedUpstream: HostedUpstream
+    let hostedUpstream: HostedUpstreamController
     /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
     let flowRoutes: [FlowRoute]
 }
@@ -50,7 +50,7 @@ func addRoutes(
     router.get("/flows/{id}", use: c.flowPages.start)
     router.get("/flows/{id}/done", use: c.flowPages.done)
     for route in c.flowRoutes {
-        for method in route.methods { router.on(RouterPath(route.path), method: method, use: route.handler) }
+        for method in route.methods { router.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
     }
     // The hosted upstream of saml2 and otp flows: a bound browser sees the destination here.
     for method in ProxyController.methods {

@@ -1,42 +1,50 @@
+import Conversation
 import Foundation
+import HTTPTypes
 import Hummingbird
 import ParleyCrypto
 import ParleyEncoding
 
 /// The hosted pages every flow shares: `GET /flows/{id}?k=…` (checks the secret, then
-/// the flow's kind takes the browser on) and `GET /flows/{id}/done`.
+/// the flow's kind takes the browser on) and `GET /flows/{id}/done`; and the HTTP side of
+/// every kind's own routes: their input decoded (`FlowInput`), their `FlowPage` rendered.
 struct FlowPagesController: Sendable {
+    /// A kind's form post or callback carries a few short fields, never more than this.
+    static let maxFormBytes = 16 * 1024
+
     let flows: FlowService
     let kinds: FlowKinds
     let registrations: any RegistrationRepository
     let conversations: Conversations
+    /// Parley's own origin: a `sameOriginForm` post must come from it.
+    let publicOrigin: String?
 
     @Sendable func start(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Page.guarding {
+        await Self.rendering {
             let access = try await flows.browserAccess(id: context.parameters.get("id"), secret: request.uri.queryParameters.get("k"))
             guard case .pending(let flow) = access, let secret = request.uri.queryParameters.get("k") else {
                 if case .answered(let page) = access { return page }
-                return Page.problem(.notFound("no such sign-in, or the link is not valid"))
+                return .failure(.notFound("no such sign-in, or the link is not valid"))
             }
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
-            else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here")) }
+            else { return .failure(.notFound("this flow cannot be started here")) }
             return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
         }
     }
 
     /// The end page; with an allowed `returnUrl`, a `303` back to the app.
     @Sendable func done(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Page.guarding {
+        await Self.rendering {
             guard let uuid = UUID(uuidString: context.parameters.get("id") ?? ""), let flow = try await flows.current(uuid) else {
-                return Page.problem(.notFound("no such flow"))
+                return .failure(.notFound("no such flow"))
             }
             if flow.status != .pending, let returnUrl = flow.returnUrl, let registration = try await registrations.find(id: flow.registrationID),
                 (try? conversations.destination(of: registration))?.allowsReturnURL(returnUrl) == true
             {
                 let separator = returnUrl.contains("?") ? "&" : "?"
                 let query = PercentEncoding.encodeForm([("flow", flow.idString), ("status", flow.status.rawValue)])
-                return Page.redirect(returnUrl + separator + query, status: .seeOther)
+                return .redirect(returnUrl + separator + query)
             }
             let (status, title, message): (HTTPResponse.Status, String, String) =
                 switch flow.status {
@@ -45,7 +53,38 @@ struct FlowPagesController: Sendable {
                 case .expired: (.gone, "Sign-in expired", "This sign-in link has expired. Return to the app and start again.")
                 case .pending: (.ok, "Sign-in in progress", "The sign-in has not finished yet.")
                 }
-            return Page.html(status, title: title, message: message, attributes: ["data-parley-flow-status": flow.status.rawValue])
+            return .message(status, title: title, message: message, attributes: ["data-parley-flow-status": flow.status.rawValue])
         }
+    }
+
+    /// The handler that serves a kind's route: refuses a `sameOriginForm` post from another
+    /// site, decodes the query (and a `POST`'s form body), and renders what the kind answers.
+    func handler(for route: FlowRoute) -> @Sendable (Request, ParleyRequestContext) async throws -> Response {
+        { [publicOrigin] request, context in
+            await Self.rendering {
+                if route.sameOriginForm && !Self.isSameOrigin(request, publicOrigin: publicOrigin) {
+                    return .failure(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
+                }
+                var fields = PercentEncoding.decodeForm(request.uri.query ?? "") ?? []
+                if request.method == .post {
+                    let body = try await request.body.collect(upTo: Self.maxFormBytes)
+                    fields += PercentEncoding.decodeForm(String(buffer: body)) ?? []
+                }
+                return try await route.handler(FlowInput(id: context.parameters.get("id"), fields: fields), context.logger)
+            }
+        }
+    }
+
+    /// Whether a form post comes from Parley's own page. Parley's pages send no referrer, so a
+    /// browser posts with `Origin: null`; `Sec-Fetch-Site` and the flow's secret tell then.
+    static func isSameOrigin(_ request: Request, publicOrigin: String?) -> Bool {
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site == "cross-site" || site == "same-site" { return false }
+        if let origin = request.headers[HTTPField.Name("Origin")!], origin != "null", origin != publicOrigin { return false }
+        return true
+    }
+
+    /// Browser pages answer failures as HTML, not problem+json.
+    static func rendering(_ body: () async throws -> FlowPage) async -> Response {
+        await Page.guarding { try await body().response }
     }
 }

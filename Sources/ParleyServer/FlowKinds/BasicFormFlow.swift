@@ -45,48 +45,38 @@ struct BasicFormFlow: FlowKindHandler {
 
     func scopeKey(for destination: Destination) -> String? { nil }
 
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
-        guard destination.basic?.form == true else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here")) }
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
+        guard destination.basic?.form == true else { return .failure(.notFound("this flow cannot be started here")) }
         return form(flow, secret: secret, destination: destination, error: nil)
     }
 
     func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
-            FlowRoute(path: "/flows/{id}/credentials", methods: [.post]) { request, context in
-                await Page.guarding { try await submit(request, context) }
+            FlowRoute(path: "/flows/{id}/credentials", methods: [.post], sameOriginForm: true) { input, logger in
+                try await submit(input, logger: logger)
             }
         ]
     }
 
-    private func form(_ flow: FlowRecord, secret: String, destination: Destination, error: String?) -> Response {
-        Page.credentialsForm(
+    private func form(_ flow: FlowRecord, secret: String, destination: Destination, error: String?) -> FlowPage {
+        .credentialsForm(
             destination: destination.name, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
             error: error)
     }
 
-    /// `POST /flows/{id}/credentials` from the form.
-    func submit(_ request: Request, _ context: ParleyRequestContext) async throws -> Response {
-        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site == "cross-site" || site == "same-site" {
-            return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
-        }
-        // Parley's pages send no referrer, so a browser posts the form with `Origin: null`;
-        // `Sec-Fetch-Site` (above) and the flow's secret tell where it came from then.
-        if let origin = request.headers[HTTPField.Name("Origin")!], origin != "null", origin != URLParts(publicURL)?.origin {
-            return Page.problem(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
-        }
-        let body = try await request.body.collect(upTo: 16 * 1024)
-        let fields = PercentEncoding.decodeForm(String(buffer: body)) ?? []
-        func value(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
+    /// `POST /flows/{id}/credentials` from the form (only from its own page: `sameOriginForm`).
+    func submit(_ input: FlowInput, logger: Logger) async throws -> FlowPage {
+        func value(_ name: String) -> String? { input.value(name) }
         let flow: FlowRecord
-        switch try await flows.browserAccess(id: context.parameters.get("id"), secret: value("k")) {
+        switch try await flows.browserAccess(id: input.id, secret: value("k")) {
         case .pending(let pending) where pending.kind == .basic: flow = pending
-        case .pending: return Page.problem(.notFound("no such sign-in, or the link is not valid"))
+        case .pending: return .failure(.notFound("no such sign-in, or the link is not valid"))
         case .answered(let page): return page
         }
         let secret = value("k") ?? ""
         guard let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration)
-        else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be continued here")) }
+        else { return .failure(.notFound("this flow cannot be continued here")) }
         guard let username = value("username"), let password = value("password"), Self.acceptable(username, isUser: true),
             Self.acceptable(password, isUser: false)
         else {
@@ -98,8 +88,8 @@ struct BasicFormFlow: FlowKindHandler {
         if try await accepted(credentials, registration: registration, destination: destination, url: flow.challengeURL) {
             try await registrations.setCredentials(id: registration.id, sealed: try secrets.seal(credentials: credentials, id: registration.id))
             await invalidation.changed(registration.id)  // no cached registration or manager without them
-            try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
-            return Page.redirect(flows.doneURL(flow), status: .seeOther)
+            try await flows.finish(flow, status: .completed, error: nil, logger: logger)
+            return flows.done(flow)
         }
         limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
         var attempts = 0
@@ -107,10 +97,10 @@ struct BasicFormFlow: FlowKindHandler {
             attempts = (current?.failedAttempts ?? 0) + 1
             current = State(failedAttempts: attempts)
         }
-        context.logger.info("basic form credentials refused upstream", metadata: ["flow.id": .string(flow.idString), "attempts": "\(attempts)"])
+        logger.info("basic form credentials refused upstream", metadata: ["flow.id": .string(flow.idString), "attempts": "\(attempts)"])
         if attempts >= Self.maxAttempts {
-            try await flows.finish(flow, status: .failed, error: "too_many_attempts", logger: context.logger)
-            return Page.redirect(flows.doneURL(flow), status: .seeOther)
+            try await flows.finish(flow, status: .failed, error: "too_many_attempts", logger: logger)
+            return flows.done(flow)
         }
         return form(flow, secret: secret, destination: destination, error: "The user name or password was not accepted. Try again.")
     }

@@ -1,15 +1,41 @@
 import AuthFlows
 import Conversation
 import Foundation
-import Hummingbird
+import HTTPTypes
 import Logging
 
-/// A browser route a flow kind serves (its callback), mounted with the hosted pages,
-/// outside the thin-client API.
+/// What a flow kind answers a browser with: a value, not an HTTP response. The pages'
+/// HTTP form (headers, templates, status) is `FlowPage.response`'s alone.
+enum FlowPage: Sendable {
+    /// Onward to `location` (`303` unless said otherwise), setting `cookies` (whole
+    /// `Set-Cookie` values) on the way.
+    case redirect(String, status: HTTPResponse.Status = .seeOther, cookies: [String] = [])
+    /// The Basic form's credentials page (`action` is where it posts; the password is never put back).
+    case credentialsForm(destination: String, action: String, secret: String, error: String?)
+    /// A page with a message; `attributes` become `data-…` attributes for tests and scripts.
+    case message(HTTPResponse.Status, title: String, message: String, attributes: [String: String])
+    /// A failure, shown as an HTML page with the problem's status and code.
+    case failure(Problem)
+}
+
+/// What a browser sent to a flow kind's route, already decoded by the controller: the
+/// `{id}` path parameter, and the query's fields followed, for a `POST`, by the form body's.
+struct FlowInput: Sendable {
+    let id: String?
+    let fields: [(String, String)]
+
+    /// The first value of a field.
+    func value(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
+}
+
+/// A browser route a flow kind serves (its callback, its form), mounted with the hosted
+/// pages, outside the thin-client API. `sameOriginForm`: a `POST` that only Parley's own
+/// page may send (a cross-site or same-site one is refused before the kind sees it).
 struct FlowRoute: Sendable {
     let path: String
     let methods: [HTTPRequest.Method]
-    let handler: @Sendable (Request, ParleyRequestContext) async throws -> Response
+    var sameOriginForm = false
+    let handler: @Sendable (FlowInput, Logger) async throws -> FlowPage
 }
 
 /// What a kind of interactive flow does. A kind is one file under `FlowKinds/` plus one line
@@ -24,7 +50,7 @@ protocol FlowKindHandler: Sendable {
     /// The scope key a proactive flow of this kind files its result under, if any.
     func scopeKey(for destination: Destination) -> String?
     /// The start page of a pending flow whose secret (`secret`, from its URL) checked out.
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage
     /// Callbacks and other browser routes this kind needs; `kinds` are all registered kinds.
     func routes(_ kinds: FlowKinds) -> [FlowRoute]
 }

@@ -1,7 +1,6 @@
 import AuthFlows
 import Conversation
 import Foundation
-import Hummingbird
 import Logging
 import ParleyCrypto
 import ParleyEncoding
@@ -41,9 +40,9 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
 
     func scopeKey(for destination: Destination) -> String? { destination.oauth2?.defaultScopeKey }
 
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
         guard let settings = destination.oauth2, settings.grant == .authorizationCode, let endpoint = settings.authorizationEndpoint else {
-            return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
+            return .failure(.notFound("this flow cannot be started here"))
         }
         // Each opening of the start page mints a new `state` (the flow is filed under its hash)
         // and PKCE verifier; the last one opened is the one the callback accepts.
@@ -52,7 +51,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         guard
             try await state.update(flow, callbackHash: SHA256.hash(Array(callbackState.utf8)), { $0 = State(pkceVerifier: verifier) }) != nil
         else {
-            return Page.redirect(lifecycle.doneURL(flow), status: .seeOther)
+            return lifecycle.done(flow)
         }
         var parameters = [
             ("response_type", "code"), ("client_id", settings.clientID), ("redirect_uri", redirectURI), ("state", callbackState),
@@ -60,34 +59,30 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         ]
         if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
         let separator = endpoint.contains("?") ? "&" : "?"
-        return Page.redirect(endpoint + separator + PercentEncoding.encodeForm(parameters))
+        return .redirect(endpoint + separator + PercentEncoding.encodeForm(parameters), status: .found)
     }
 
     func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
-            FlowRoute(path: "/callback/oauth2", methods: [.get]) { request, context in
-                await Page.guarding {
-                    try await callback(query: PercentEncoding.decodeForm(request.uri.query ?? "") ?? [], logger: context.logger)
-                }
-            }
+            FlowRoute(path: "/callback/oauth2", methods: [.get]) { input, logger in try await callback(input, logger: logger) }
         ]
     }
 
     /// `GET /callback/oauth2`: the `state` claims its flow exactly once; the code is
     /// exchanged with the PKCE verifier; the tokens are stored; the flow completes.
-    func callback(query: [(String, String)], logger: Logger) async throws -> Response {
-        func value(_ name: String) -> String? { query.first { $0.0 == name }?.1 }
+    func callback(_ input: FlowInput, logger: Logger) async throws -> FlowPage {
+        func value(_ name: String) -> String? { input.value(name) }
         guard let state = value("state"), !state.isEmpty, state.utf8.count <= 256,
             let flow = try await flows.claim(callbackHash: SHA256.hash(Array(state.utf8)))
         else {
             logger.info("oauth2 callback refused: unknown or used state")
-            return Page.problem(.invalid("this sign-in answer is not valid, or it was used already"))
+            return .failure(.invalid("this sign-in answer is not valid, or it was used already"))
         }
         if flow.expiresAt <= clock.now {
             try await lifecycle.finish(flow, status: .expired, error: nil, logger: logger)
-            return Page.problem(Problem(.gone, .flowExpired, "this sign-in took too long; start again in the app"))
+            return .failure(Problem(.gone, .flowExpired, "this sign-in took too long; start again in the app"))
         }
-        let done = Page.redirect(lifecycle.doneURL(flow), status: .seeOther)
+        let done = lifecycle.done(flow)
         if let error = value("error") {
             try await lifecycle.finish(flow, status: .failed, error: TokenEndpointClient.safeErrorCode(error), logger: logger)
             return done

@@ -32,10 +32,8 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
 
     func scopeKey(for destination: Destination) -> String? { nil }
 
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
-        guard destination.otp != nil, let form = flow.challengeURL else {
-            return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here"))
-        }
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
+        guard destination.otp != nil, let form = flow.challengeURL else { return .failure(.notFound("this flow cannot be started here")) }
         return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: form)
     }
 
@@ -43,9 +41,7 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
     /// saml2 flow that met its second factor in the browser).
     func routes(_ kinds: FlowKinds) -> [FlowRoute] {
         [
-            FlowRoute(path: "/callback/otp", methods: [.get, .post]) { request, context in
-                await Page.guarding { try await callback(request, context, kinds: kinds) }
-            }
+            FlowRoute(path: "/callback/otp", methods: [.get, .post]) { input, logger in try await callback(input, logger: logger, kinds: kinds) }
         ]
     }
 
@@ -82,13 +78,8 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
     }
 
     /// `GET|POST /callback/otp?flow=…&k=…&passcode=…`: a passcode for a waiting OTP step.
-    func callback(_ request: Request, _ context: ParleyRequestContext, kinds: FlowKinds) async throws -> Response {
-        var parameters = PercentEncoding.decodeForm(request.uri.query ?? "") ?? []
-        if request.method == .post {
-            let body = try await request.body.collect(upTo: 16 * 1024)
-            parameters += PercentEncoding.decodeForm(String(buffer: body)) ?? []
-        }
-        func value(_ name: String) -> String? { parameters.first { $0.0 == name }?.1 }
+    func callback(_ input: FlowInput, logger: Logger, kinds: FlowKinds) async throws -> FlowPage {
+        func value(_ name: String) -> String? { input.value(name) }
         let flow: FlowRecord
         switch try await flows.browserAccess(id: value("flow"), secret: value("k")) {
         case .pending(let pending): flow = pending
@@ -99,22 +90,26 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
             let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration), let otp = destination.otp,
             hosted.publicLocation(forUpstream: form, destination: destination) != nil
-        else { return Page.problem(Problem(.notFound, .notFound, "no passcode is awaited for this sign-in")) }
+        else { return .failure(.notFound("no passcode is awaited for this sign-in")) }
         guard let passcode = value("passcode"), !passcode.isEmpty, passcode.count <= Self.maxPasscodeLength,
             passcode.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) })
-        else { return Page.problem(.invalid("the passcode is missing or not valid")) }
+        else { return .failure(.invalid("the passcode is missing or not valid")) }
 
         let body = PercentEncoding.encodeForm([(otp.passcodeField, passcode)])
         let result = try await conversations.browserManager(for: registration).execute(
             UpstreamRequest(
                 method: "POST", url: form, headers: ["Content-Type": "application/x-www-form-urlencoded"], body: .bytes(Array(body.utf8))))
-        guard case .response(let response) = result else { return Page.problem(.invalid("the passcode was not accepted")) }
+        guard case .response(var response) = result else { return .failure(.invalid("the passcode was not accepted")) }
         response.body.discard()
-        guard Self.isFinish(requestURL: form, response: response, settings: otp) == .complete else {
-            context.logger.info("otp passcode refused upstream", metadata: ["flow.id": .string(flow.idString)])
-            return Page.problem(.invalid("the passcode was not accepted; try the next one"))
+        // An upstream that answers in the browser's address space: its `Location` in its own.
+        if let location = response.headers["Location"], let upstream = conversations.addressSpace(of: destination)?.upstreamLocation(location) {
+            response.headers.set("Location", upstream)
         }
-        try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
-        return Page.redirect(flows.doneURL(flow), status: .seeOther)
+        guard Self.isFinish(requestURL: form, response: response, settings: otp) == .complete else {
+            logger.info("otp passcode refused upstream", metadata: ["flow.id": .string(flow.idString)])
+            return .failure(.invalid("the passcode was not accepted; try the next one"))
+        }
+        try await flows.finish(flow, status: .completed, error: nil, logger: logger)
+        return flows.done(flow)
     }
 }

@@ -1,6 +1,5 @@
 import AuthFlows
 import Conversation
-import Hummingbird
 import Logging
 
 /// SAML2 web SSO through the hosted upstream. The start page binds the browser and
@@ -29,8 +28,8 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
 
     func scopeKey(for destination: Destination) -> String? { nil }
 
-    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> Response {
-        guard let settings = destination.saml2 else { return Page.problem(Problem(.notFound, .notFound, "this flow cannot be started here")) }
+    func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
+        guard let settings = destination.saml2 else { return .failure(.notFound("this flow cannot be started here")) }
         return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: destination.baseURL + settings.finishEndpoint)
     }
 

@@ -65,6 +65,24 @@ enum Page {
     }
 }
 
+extension FlowPage {
+    /// The page as the browser gets it.
+    var response: Response {
+        switch self {
+        case .redirect(let location, let status, let cookies):
+            var response = Page.redirect(location, status: status)
+            for cookie in cookies { response.headers.append(HTTPField(name: .setCookie, value: cookie)) }
+            return response
+        case .credentialsForm(let destination, let action, let secret, let error):
+            return Page.credentialsForm(destination: destination, action: action, secret: secret, error: error)
+        case .message(let status, let title, let message, let attributes):
+            return Page.html(status, title: title, message: message, attributes: attributes)
+        case .failure(let problem):
+            return Page.problem(problem)
+        }
+    }
+}
+
 /// The page templates, compiled into the binary so it runs from any directory.
 enum PageTemplates {
     static let all: [(String, String)] = [("message", message), ("credentials", credentials)]

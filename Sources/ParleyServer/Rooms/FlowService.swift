@@ -88,20 +88,23 @@ struct FlowService: Sendable {
         /// The secret checked out (in constant time) and the flow is pending.
         case pending(FlowRecord)
         /// The page to show instead: not found, expired, or the done page of a finished flow.
-        case answered(Response)
+        case answered(FlowPage)
     }
 
     /// The flow a browser page names, if its secret is right and it is still pending.
     func browserAccess(id: String?, secret: String?) async throws -> BrowserAccess {
         guard let id = id.flatMap(UUID.init(uuidString:)), let secret, let flow = try await current(id),
             constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
-        else { return .answered(Page.problem(.notFound("no such sign-in, or the link is not valid"))) }
+        else { return .answered(.failure(.notFound("no such sign-in, or the link is not valid"))) }
         switch flow.status {
         case .pending: return .pending(flow)
-        case .expired: return .answered(Page.problem(Problem(.gone, .flowExpired, "this sign-in link has expired; start again in the app")))
-        case .completed, .failed: return .answered(Page.redirect(doneURL(flow), status: .seeOther))
+        case .expired: return .answered(.failure(Problem(.gone, .flowExpired, "this sign-in link has expired; start again in the app")))
+        case .completed, .failed: return .answered(done(flow))
         }
     }
+
+    /// Onward to the page every flow ends at.
+    func done(_ flow: FlowRecord) -> FlowPage { .redirect(doneURL(flow)) }
 
     /// The `401 interaction_required` answer: a new flow, in the body and in `Parley-Flow`.
     func interactionRequired(_ interaction: InteractionRequest, registration: RegistrationRecord) async throws -> Problem {
