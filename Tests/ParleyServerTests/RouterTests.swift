@@ -304,7 +304,10 @@ import Testing
                 #expect(location.contains("redirect_uri=https%3A%2F%2Fparley.example%2Fcallback%2Foauth2"))
                 #expect(response.headers[.contentSecurityPolicy]?.contains("frame-ancestors 'none'") == true)
             }
-            #expect(flows.all.first { $0.idString == id }?.pkceVerifierSealed != nil)
+            // The PKCE verifier is the oauth2 kind's own state, sealed in the row.
+            let row = try #require(flows.all.first { $0.idString == id })
+            let verifier = try FlowKindState<OAuth2AuthorizationCodeFlow.State>(flows: flows, secrets: Secrets(keyRing: testKeyRing())).read(row)
+            #expect(verifier?.pkceVerifier.count == 43)
 
             // A wrong secret: an HTML page, never the flow.
             try await client.execute(uri: "/flows/\(id)?k=wrong", method: .get) { response in
