@@ -9,7 +9,7 @@ extension FlowRecord {
             secretSealed: try row.optionalBytes("secret_sealed"), scopeKey: try row.optionalString("scope_key"),
             status: try row.enumValue("status", FlowStatus.self), error: try row.optionalString("error"),
             returnUrl: try row.optionalString("return_url"), challengeURL: try row.optionalString("challenge_url"),
-            kindState: try row.optionalBytes("kind_state"), expiresAt: try row.date("expires_at"), createdAt: try row.date("created_at"))
+            kindState: try row.optionalBytes("kind_state_sealed"), expiresAt: try row.date("expires_at"), createdAt: try row.date("created_at"))
     }
 }
 
@@ -21,7 +21,7 @@ public struct PostgresFlows: FlowRepository {
 
     static let columns: SQL =
         """
-        id, registration_id, kind, purpose, secret_hash, secret_sealed, scope_key, status, error, return_url, challenge_url, kind_state,
+        id, registration_id, kind, purpose, secret_hash, secret_sealed, scope_key, status, error, return_url, challenge_url, kind_state_sealed,
         expires_at, created_at
         """
 
@@ -29,7 +29,7 @@ public struct PostgresFlows: FlowRepository {
         try await store.execute(
             """
             INSERT INTO flows (id, registration_id, kind, purpose, secret_hash, secret_sealed, scope_key, status,
-                return_url, challenge_url, kind_state, expires_at, created_at)
+                return_url, challenge_url, kind_state_sealed, expires_at, created_at)
             VALUES (\(f.id), \(f.registrationID), \(f.kind.rawValue), \(f.purpose.rawValue), \(f.secretHash), \(f.secretSealed),
                 \(f.scopeKey), \(f.status.rawValue), \(f.returnUrl), \(f.challengeURL), \(f.kindState), \(f.expiresAt), \(f.createdAt))
             """)
@@ -38,8 +38,8 @@ public struct PostgresFlows: FlowRepository {
     public func replaceKindState(id: UUID, expected: [UInt8]?, with state: [UInt8]?, callbackHash: [UInt8]?) async throws -> Bool {
         try await store.execute(
             """
-            UPDATE flows SET kind_state = \(state), state_hash = \(callbackHash)
-            WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue) AND kind_state IS NOT DISTINCT FROM \(expected)
+            UPDATE flows SET kind_state_sealed = \(state), state_hash = \(callbackHash)
+            WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue) AND kind_state_sealed IS NOT DISTINCT FROM \(expected)
             """) > 0
     }
 
@@ -66,7 +66,7 @@ public struct PostgresFlows: FlowRepository {
     public func finish(id: UUID, status: FlowStatus, error: String?, at now: Date) async throws -> Bool {
         try await store.execute(
             """
-            UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, kind_state = NULL,
+            UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, kind_state_sealed = NULL,
                 pkce_verifier_sealed = NULL
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
             """) > 0
