@@ -63,22 +63,11 @@ struct AuditLog: Sendable {
     func record(
         _ action: AuditAction, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]
     ) async {
-        await append(action.rawValue, actor: actor, registrationID: registrationID, destination: destination, detail: detail)
-    }
-
-    /// Transitional: the flow-kind files move to AuditAction; remove when no caller is left.
-    func record(
-        _ action: String, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]
-    ) async {
-        await append(action, actor: actor, registrationID: registrationID, destination: destination, detail: detail)
-    }
-
-    private func append(_ action: String, actor: AuditActor, registrationID: UUID?, destination: String?, detail: [String: String]) async {
         do {
             try await repository.append(
-                AuditEvent(action: action, actor: actor, registrationID: registrationID, destination: destination, detail: detail))
+                AuditEvent(action: action.rawValue, actor: actor, registrationID: registrationID, destination: destination, detail: detail))
         } catch {
-            logger.warning("audit event not recorded", metadata: ["audit.action": .string(action), "error": "\(error)"])
+            logger.warning("audit event not recorded", metadata: ["audit.action": .string(action.rawValue), "error": "\(error)"])
         }
     }
 }
