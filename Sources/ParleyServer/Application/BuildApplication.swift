@@ -168,7 +168,8 @@ func compose(
 
     let controllers = Controllers(
         operations: OperationsController(readiness: d.readiness, metrics: metrics),
-        registrations: RegistrationsController(service: registrations, limits: limits, maxJSONBytes: configuration.limits.maxJSONBytes),
+        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
+        registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,

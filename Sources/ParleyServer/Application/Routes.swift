@@ -4,6 +4,7 @@ import Hummingbird
 struct Controllers: Sendable {
     let operations: OperationsController
     let registrations: RegistrationsController
+    let registrationAdmission: RegistrationAdmission
     let flows: FlowsController
     let flowPages: FlowPagesController
     let proxy: ProxyController
@@ -27,7 +28,7 @@ func addRoutes(
     router.get("/openapi.json", use: c.operations.openAPI)
 
     // Thin clients. Registering needs no token; everything else needs the client token.
-    router.post("/v1/registrations", use: c.registrations.create)
+    router.group("/v1/registrations").add(middleware: c.registrationAdmission).post(use: c.registrations.create)
     let client = router.group("/v1")
         .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false))
         .group(context: ClientRequestContext.self)

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 
 /// `POST /v1/flows` and `GET /v1/flows/{id}?wait=S`: a registration's own flows.
@@ -31,8 +32,10 @@ struct FlowsController: Sendable {
     }
 
     @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {
-        let id = context.parameters.get("id") ?? ""
-        let view = try await flows.status(id: id, wait: request.uri.queryParameters.get("wait"), registration: context.registration)
+        // `wait` that is not a number waits not at all, as it always has.
+        let wait = request.uri.queryParameters.get("wait").flatMap { Double(String($0)) } ?? 0
+        let view = try await flows.status(
+            id: context.parameters.get("id").flatMap { UUID(uuidString: String($0)) }, wait: wait, registration: context.registration)
         return try JSONBody.response(.ok, view)
     }
 }

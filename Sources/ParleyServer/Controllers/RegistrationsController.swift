@@ -2,16 +2,25 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
+/// Who may try to register now: every attempt counts, refused ones too, per client address
+/// (the balancer's `X-Forwarded-For` only from a trusted proxy).
+struct RegistrationAdmission: RouterMiddleware {
+    typealias Context = ParleyRequestContext
+    let limits: RateLimits
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        try limits.check(limits.registrations, client, kind: "registration")
+        return try await next(request, context)
+    }
+}
+
 /// `POST /v1/registrations` (anyone), `GET|DELETE /v1/registrations/me` (the registration itself).
 struct RegistrationsController: Sendable {
     let service: RegistrationService
-    let limits: RateLimits
     let maxJSONBytes: Int
 
     @Sendable func create(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        // Every attempt counts, refused ones too: the limit is per client address.
-        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
-        try limits.check(limits.registrations, client, kind: "registration")
         let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
         let created = try await service.register(
             input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], logger: context.logger)

@@ -118,11 +118,11 @@ struct FlowService: Sendable {
 
     /// The registration's own flow only; waits (at most 60 s) for it to leave `pending`,
     /// woken by the flow signals from any instance.
-    func status(id: String, wait: String?, registration: RegistrationRecord) async throws -> FlowView {
-        guard let uuid = UUID(uuidString: id), var flow = try await current(uuid), flow.registrationID == registration.id else {
+    /// `wait` is in seconds, clamped to `0...maxWait`.
+    func status(id: UUID?, wait requested: Double, registration: RegistrationRecord) async throws -> FlowView {
+        guard let uuid = id, var flow = try await current(uuid), flow.registrationID == registration.id else {
             throw Problem.notFound("no such flow")
         }
-        let requested = wait.flatMap(Double.init) ?? 0
         let seconds = requested.isFinite ? min(Self.maxWait, max(0, requested)) : 0
         if flow.status == .pending && seconds > 0 {
             let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
