@@ -29,16 +29,53 @@ import Testing
 
     // MARK: a real identity provider
 
+    /// How the pysaml2 SP is started (Tests/Fixtures/saml/README.md, "SP modes"): reading the
+    /// forwarded headers itself with `PYSP_SESSION` at `Path=/` (default), or behind Werkzeug's
+    /// ProxyFix with the cookie scoped to the forwarded prefix, `Path=/web/{destination}`, as
+    /// real SPs behind a proxy do (proxyfix), once also with `Domain=<public host>`.
+    struct SPMode: Sendable, CustomTestStringConvertible {
+        /// `SAML_FIXTURE_SP_MODE`.
+        let mode: String
+        /// `SAML_FIXTURE_SP_COOKIE_DOMAIN=1`.
+        let cookieDomain: Bool
+
+        static let cases = [
+            SPMode(mode: "default", cookieDomain: false),
+            SPMode(mode: "proxyfix", cookieDomain: false),
+            SPMode(mode: "proxyfix", cookieDomain: true),
+        ]
+
+        var testDescription: String { "pysaml2 SP \(mode)" + (cookieDomain ? " + cookie domain" : "") }
+
+        /// `start.sh`'s environment settings, as `env` arguments.
+        var environment: [String] { ["SAML_FIXTURE_SP_MODE=\(mode)", "SAML_FIXTURE_SP_COOKIE_DOMAIN=\(cookieDomain ? 1 : 0)"] }
+    }
+
     /// The real SAML2 pair (Tests/Fixtures/saml): started for `body`, stopped after.
     struct SAMLFixture {
         let spPort: Int
         let idpPort: Int
+        /// The fixture's working directory, with `sp.log` and `idp.log`.
+        let directory: String
 
-        static func with<T>(publicURL: String, destination: String, _ body: (SAMLFixture) async throws -> T) async throws -> T {
+        /// How many times the SP signed a browser in (its ACS log lines), for a sign-in that did
+        /// not end where expected: more than once in one flow means the browser went round
+        /// between the ACS and the finish endpoint, because `PYSP_SESSION` did not come back.
+        var diagnosis: String {
+            let log = (try? String(contentsOfFile: directory + "/sp.log", encoding: .utf8)) ?? ""
+            let signIns = log.components(separatedBy: ": signed-in user ").count - 1
+            return "the SP signed the browser in \(signIns) time(s)"
+                + (signIns > 1 ? ": a sign-in loop, PYSP_SESSION did not come back to the SP" : "")
+        }
+
+        static func with<T>(
+            publicURL: String, destination: String, mode: SPMode = SPMode(mode: "default", cookieDomain: false),
+            _ body: (SAMLFixture) async throws -> T
+        ) async throws -> T {
             let directory = NSTemporaryDirectory() + "parley-saml-" + UUID().uuidString
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let script = packageRoot + "/Tests/Fixtures/saml/"
-            let printed = try run(script + "start.sh", [directory, publicURL, destination])
+            let printed = try run(script + "start.sh", [directory, publicURL, destination], environment: mode.environment)
             let line = printed.split(separator: "\n").last { $0.hasPrefix("IDP_PORT=") }.map(String.init) ?? printed
             defer {
                 _ = try? run(script + "stop.sh", [directory])
@@ -52,25 +89,29 @@ import Testing
             guard let sp = values["SP_PORT"], let idp = values["IDP_PORT"] else {
                 throw RawHTTPError(description: "the SAML fixture did not start: \(line)")
             }
-            return try await body(SAMLFixture(spPort: sp, idpPort: idp))
+            return try await body(SAMLFixture(spPort: sp, idpPort: idp, directory: directory))
         }
 
         /// Runs a fixture script to its end (its servers stay in the background, writing to
-        /// their logs); its standard output, or an error with what it printed.
-        static func run(_ path: String, _ arguments: [String]) throws -> String {
+        /// their logs), with `environment` (`NAME=value`) added to this process's own;
+        /// its standard output, or an error with what it printed.
+        static func run(_ path: String, _ arguments: [String], environment: [String] = []) throws -> String {
             let output = NSTemporaryDirectory() + "parley-fixture-" + UUID().uuidString + ".out"
             defer { try? FileManager.default.removeItem(atPath: output) }
-            let status = try Spawn.runAndWait(["/bin/bash", path] + arguments, output: output)
+            let status = try Spawn.runAndWait(["/usr/bin/env"] + environment + ["/bin/bash", path] + arguments, output: output)
             let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             guard status == 0 else { throw RawHTTPError(description: "\(path) failed (\(status)): \(text.suffix(2000))") }
             return text
         }
     }
 
-    @Test func aRealIdentityProviderSignsInThroughTheHostedUpstream() async throws {
+    @Test(arguments: SPMode.cases)
+    func aRealIdentityProviderSignsInThroughTheHostedUpstream(mode: SPMode) async throws {
         let port = try FreePort.find()
         let publicURL = "http://127.0.0.1:\(port)"
-        try await SAMLFixture.with(publicURL: publicURL, destination: "realsaml") { fixture in
+        // The pages look the same in every mode: one set of screenshots, from the default one.
+        let screenshots = mode.mode == "default"
+        try await SAMLFixture.with(publicURL: publicURL, destination: "realsaml", mode: mode) { fixture in
             var options = LiveOptions()
             options.port = port
             try await withLiveParley(
@@ -103,13 +144,15 @@ import Testing
                     // The start page opened the finish endpoint; the SP sent the browser to the IdP.
                     let user = try await browser.findElement(css: "#username")
                     #expect(try await browser.currentURL().hasPrefix("http://127.0.0.1:\(fixture.idpPort)/"))
-                    try await Self.screenshot(browser, "saml2-identity-provider")
+                    if screenshots { try await Self.screenshot(browser, "saml2-identity-provider") }
                     try await browser.sendKeys("alice", to: user)
                     try await browser.sendKeys("wonderland", to: try await browser.findElement(css: "#password"))
                     try await browser.click(try await browser.findElement(css: "#submit_button"))
-                    _ = try await browser.waitForURL(prefix: publicURL + "/flows/\(flowID)/done", timeout: .seconds(30))
+                    try await browser.reach(
+                        publicURL + "/flows/\(flowID)/done", "the flow's done page after signing in (\(mode.testDescription))",
+                        diagnosis: { fixture.diagnosis })
                     #expect(try await browser.pageSource().contains("data-parley-flow-status=\"completed\""))
-                    try await Self.screenshot(browser, "flow-completed")
+                    if screenshots { try await Self.screenshot(browser, "flow-completed") }
                 }
                 let status = try await live.request("GET", "/v1/flows/\(flowID)", token: token)
                 #expect(status.json?["status"] as? String == "completed")

@@ -8,6 +8,30 @@ import UpstreamSimulator
 /// saml2 and otp flows against the simulator's SMP-like SAML2 service provider (with its
 /// mock identity provider and OTP), through real Parley instances and headless Chromium.
 @Suite(.serialized) struct SimulatedSAMLTests {
+    /// How the simulated SP scopes its session cookie: today's `Path=/sp`, which ignores the
+    /// proxy, and the prefix-aware scopes of real SPs behind a proxy (`Path=/web/{destination}`,
+    /// the same with a trailing `/` and `Domain=<public host>`). Parley has to work with each.
+    struct SPCookie: Sendable, CustomTestStringConvertible {
+        let scope: SPCookieScope
+        let domain: Bool
+
+        static let cases = [
+            SPCookie(scope: .mount, domain: false),
+            SPCookie(scope: .forwardedPrefix, domain: false),
+            SPCookie(scope: .forwardedPrefixSlash, domain: true),
+        ]
+
+        var testDescription: String { "SP cookie \(scope.rawValue)" + (domain ? " + Domain" : "") }
+
+        /// Live options with the simulator's SP scoping its cookie this way.
+        func applied(to options: LiveOptions) -> LiveOptions {
+            var options = options
+            options.simulator.spCookieScope = scope
+            options.simulator.spCookieDomain = domain
+            return options
+        }
+    }
+
     static func destinations(_ url: String) -> [DestinationSpec] {
         var sp = DestinationSpec(name: "sp", url: url + "/sp", csrf: true, smp: .init(appId: "com.example.app"))
         sp.saml2 = .init()
@@ -35,6 +59,25 @@ import UpstreamSimulator
         try await browser.click(try await browser.findElement(css: "#login"))
     }
 
+    /// What the simulator saw since the browser signed in at the IdP (`challengesBefore`: the
+    /// SP's AuthnRequests until then), for a sign-in that did not end where expected: a new
+    /// challenge after an accepted assertion means the session cookie the ACS set
+    /// (`SP_SESSION`) did not come back to the SP.
+    static func signInDiagnosis(_ simulator: SimulatorState, challengesBefore: Int) -> String {
+        let accepted = simulator.saml.assertionsAccepted
+        let challenges = simulator.saml.authnRequestsIssued - challengesBefore
+        let seen = "since the sign-in the SP accepted \(accepted) assertion(s) and challenged \(challenges) more time(s)"
+        return accepted >= 1 && challenges >= 1 ? seen + ": its session cookie SP_SESSION did not come back to it" : seen
+    }
+
+    /// What the simulator's OTP stage saw, for a passcode step that did not end where expected:
+    /// a passcode the SP never checked was posted without the session cookie (the SP answers
+    /// `403` "no session").
+    static func passcodeDiagnosis(_ simulator: SimulatorState) -> String {
+        let otp = simulator.otp
+        return "the SP rejected \(otp.rejectedPasscodes) passcode(s) and accepted \(otp.verifications)"
+    }
+
     /// Retries a proxied call for a short, bounded time: another instance's per-instance
     /// caches (cookie jar, client token) may hold a view up to 500 ms old.
     static func eventually(_ live: LiveParley, _ path: String, token: String, status: Int = 200) async throws -> RawHTTPResponse {
@@ -46,11 +89,12 @@ import UpstreamSimulator
         }
     }
 
-    @Test func smpRegistrationBehindSAMLCompletesOnASecondInstance() async throws {
+    @Test(arguments: SPCookie.cases)
+    func smpRegistrationBehindSAMLCompletesOnASecondInstance(cookie: SPCookie) async throws {
         var options = LiveOptions()
         options.instances = 2
         options.fixedPorts = true
-        try await withLiveParley(destinations: Self.destinations, options: options) { a in
+        try await withLiveParley(destinations: Self.destinations, options: cookie.applied(to: options)) { a in
             let b = try #require(a.others.first)
             Self.registerACS(a)
             let registered = try await a.json("POST", "/v1/registrations", ["destination": "sp", "deviceType": "phone"])
@@ -63,12 +107,17 @@ import UpstreamSimulator
             let flowID = try #require(flow["id"] as? String)
             let onB = try #require(flow["url"] as? String).replacingOccurrences(of: a.baseURL, with: b.baseURL)
 
-            async let waited = a.request("GET", "/v1/flows/\(flowID)?wait=45", token: token)
+            // Bounded below RawHTTP's 30 s socket timeout, so a flow that never completes ends
+            // the long-poll with its answer (still pending) rather than a socket error.
+            async let waited = a.request("GET", "/v1/flows/\(flowID)?wait=28", token: token)
             try await ChromeDriver.withSession { browser in
                 try await browser.navigate(to: onB)
                 #expect(try await browser.currentURL().contains("/idp/"))
+                let challenges = a.simulator.saml.authnRequestsIssued
                 try await Self.signIn(browser)
-                _ = try await browser.waitForURL(prefix: b.baseURL + "/flows/\(flowID)/done", timeout: .seconds(20))
+                try await browser.reach(
+                    b.baseURL + "/flows/\(flowID)/done", "the flow's done page on B after signing in (\(cookie.testDescription))",
+                    diagnosis: { Self.signInDiagnosis(a.simulator, challengesBefore: challenges) })
                 #expect(try await browser.pageSource().contains("data-parley-flow-status=\"completed\""))
             }
             // The long-poll on A returns once the flow completed on B, with the registration active.
@@ -90,11 +139,12 @@ import UpstreamSimulator
         }
     }
 
-    @Test func samlThenOTPInTheSameBrowserFlow() async throws {
+    @Test(arguments: SPCookie.cases)
+    func samlThenOTPInTheSameBrowserFlow(cookie: SPCookie) async throws {
         var options = LiveOptions()
         options.fixedPorts = true
         options.simulator.spOTP = .afterSAML
-        try await withLiveParley(destinations: Self.destinations, options: options) { live in
+        try await withLiveParley(destinations: Self.destinations, options: cookie.applied(to: options)) { live in
             Self.registerACS(live)
             let (_, token) = try await live.register("spapi", credentials: false)
             let challenged = try await live.request("GET", "/v1/proxy/api/data", token: token)
@@ -103,21 +153,28 @@ import UpstreamSimulator
             let flowID = try #require(flow["id"] as? String)
             try await ChromeDriver.withSession { browser in
                 try await browser.navigate(to: try #require(flow["url"] as? String))
+                let challenges = live.simulator.saml.authnRequestsIssued
                 try await Self.signIn(browser)
                 // The second factor follows in the same browser flow, through the web path.
-                _ = try await browser.waitForURL(prefix: live.baseURL + "/web/spapi/otp")
+                try await browser.reach(
+                    live.baseURL + "/web/spapi/otp", "the SP's passcode form after signing in (\(cookie.testDescription))",
+                    diagnosis: { Self.signInDiagnosis(live.simulator, challengesBefore: challenges) })
                 #expect(try await browser.currentURL().contains("redirecttooriginalurl=false"))
                 let wrong = live.simulator.otp.currentCode(user: "alice") == "000000" ? "111111" : "000000"
                 try await browser.sendKeys(wrong, to: try await browser.findElement(css: "input[name=passcode]"))
                 try await browser.click(try await browser.findElement(css: "button[type=submit], input[type=submit]"))
                 // The answer to the wrong passcode is the form again, with its error line.
-                _ = try await browser.findElement(css: "p#error")
+                try await browser.find(
+                    "p#error", "the passcode form again with its error line after a wrong passcode (\(cookie.testDescription))",
+                    diagnosis: { Self.passcodeDiagnosis(live.simulator) })
                 let pending = try await live.request("GET", "/v1/flows/\(flowID)", token: token)
                 #expect(pending.json?["status"] as? String == "pending", "a wrong passcode completed the flow")
                 #expect(live.simulator.otp.rejectedPasscodes == 1)
                 try await browser.sendKeys(live.simulator.otp.currentCode(user: "alice"), to: try await browser.findElement(css: "input[name=passcode]"))
                 try await browser.click(try await browser.findElement(css: "button[type=submit], input[type=submit]"))
-                _ = try await browser.waitForURL(prefix: live.baseURL + "/flows/\(flowID)/done")
+                try await browser.reach(
+                    live.baseURL + "/flows/\(flowID)/done", "the flow's done page after the right passcode (\(cookie.testDescription))",
+                    diagnosis: { Self.passcodeDiagnosis(live.simulator) })
                 #expect(try await browser.pageSource().contains("data-parley-flow-status=\"completed\""))
             }
             let data = try await Self.eventually(live, "/v1/proxy/api/data", token: token)
@@ -184,5 +241,63 @@ import UpstreamSimulator
             let status2 = try await live.request("GET", "/v1/flows/\(flow2["id"] as? String ?? "")", token: second)
             #expect(status2.json?["status"] as? String == "pending")
         }
+    }
+}
+
+/// A browser that did not get where a test expected it, or did not show what it expected,
+/// within the time allowed.
+struct BrowserNotAsExpected: Error, CustomStringConvertible {
+    let description: String
+}
+
+extension WebDriverSession {
+    /// Waits (bounded, 30 s by default) until the browser is at `prefix`; otherwise fails with
+    /// what was expected, where the browser is, and `diagnosis` (what the peers saw), so a
+    /// sign-in that loops ends quickly with its reason instead of at the flow's expiry.
+    @discardableResult
+    func reach(
+        _ prefix: String, _ expected: String, within timeout: Duration = .seconds(30),
+        diagnosis: () -> String = { "" }
+    ) async throws -> String {
+        do {
+            return try await waitForURL(prefix: prefix, timeout: timeout)
+        } catch let error as WebDriverError {
+            let detail = diagnosis()
+            throw BrowserNotAsExpected(
+                description: "expected the browser at \(expected) within \(timeout): \(error)" + (detail.isEmpty ? "" : "; \(detail)"))
+        }
+    }
+
+    /// `findElement` (bounded by the session's implicit wait); otherwise fails with what was
+    /// expected, where the browser is, the start of the page's text, and `diagnosis`.
+    @discardableResult
+    func find(_ selector: String, _ expected: String, diagnosis: () -> String = { "" }) async throws -> WebElement {
+        do {
+            return try await findElement(css: selector)
+        } catch let error as WebDriverError {
+            let detail = diagnosis()
+            let url = (try? await currentURL()) ?? "an unknown page"
+            let text = (try? await pageSource()).map(Self.visibleText) ?? ""
+            throw BrowserNotAsExpected(
+                description: "expected \(expected) (\(selector)): \(error); the browser is at \(url), which says \"\(text.prefix(200))\""
+                    + (detail.isEmpty ? "" : "; \(detail)"))
+        }
+    }
+
+    /// The text of an HTML page: tags dropped, white space collapsed.
+    private static func visibleText(_ html: String) -> String {
+        var text = ""
+        var inTag = false
+        for character in html {
+            if character == "<" {
+                inTag = true
+            } else if character == ">" {
+                inTag = false
+                text.append(" ")
+            } else if !inTag {
+                text.append(character)
+            }
+        }
+        return text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
     }
 }
