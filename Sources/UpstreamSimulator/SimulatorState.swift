@@ -1,8 +1,9 @@
 import Foundation
+import Synchronization
 
 /// What the simulator has seen, for tests to read, and the port it listens on once bound.
 public final class SimulatorState: Sendable {
-    private let box = Box()
+    private let box = Mutex(Data())
 
     /// SMP sessions, registrations, CSRF tokens and their counters (SessionStore.swift).
     public let smp = SMPState()
@@ -20,17 +21,17 @@ public final class SimulatorState: Sendable {
 
     /// Requests seen per route, keyed like `"GET /api/data"` or `"ANY /echo"`.
     public func requests(route: String) -> Int {
-        box.locked { $0.requestsByRoute[route, default: 0] }
+        box.withLock { $0.requestsByRoute[route, default: 0] }
     }
 
     /// Every route with its count.
-    public var requestsByRoute: [String: Int] { box.locked { $0.requestsByRoute } }
+    public var requestsByRoute: [String: Int] { box.withLock { $0.requestsByRoute } }
 
-    public var totalRequests: Int { box.locked { $0.requestsByRoute.values.reduce(0, +) } }
+    public var totalRequests: Int { box.withLock { $0.requestsByRoute.values.reduce(0, +) } }
 
     /// `GET /stall` responses still open, and those ended because the client went away.
-    public var openStalls: Int { box.locked { $0.openStalls } }
-    public var abandonedStalls: Int { box.locked { $0.abandonedStalls } }
+    public var openStalls: Int { box.withLock { $0.openStalls } }
+    public var abandonedStalls: Int { box.withLock { $0.abandonedStalls } }
 
     /// Forgets every SMP, `/sp` and `/basic-otp` session (`POST /sim/sessions/expire`).
     public func expireSessions() {
@@ -40,13 +41,13 @@ public final class SimulatorState: Sendable {
     }
 
     /// The bound port, nil until the server listens.
-    public var port: Int? { box.locked { $0.port } }
+    public var port: Int? { box.withLock { $0.port } }
 
     /// Waits until the server listens and returns its port (port 0 resolved); nil when
     /// the server stopped without listening (see `runSimulator`).
     public func boundPort() async -> Int? {
         await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
-            let known: Int?? = box.locked { data in
+            let known: Int?? = box.withLock { data in
                 if let port = data.port { return .some(port) }
                 if data.stopped { return .some(nil) }
                 data.portWaiters.append(continuation)
@@ -62,7 +63,7 @@ public final class SimulatorState: Sendable {
     /// starts, before it answers).
     public func waitForRequests(route: String, count: Int = 1) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let reached = box.locked { data -> Bool in
+            let reached = box.withLock { data -> Bool in
                 if data.requestsByRoute[route, default: 0] >= count { return true }
                 data.requestWaiters.append((route, count, continuation))
                 return false
@@ -72,7 +73,7 @@ public final class SimulatorState: Sendable {
     }
 
     func record(_ route: String) {
-        let ready = box.locked { data -> [CheckedContinuation<Void, Never>] in
+        let ready = box.withLock { data -> [CheckedContinuation<Void, Never>] in
             data.requestsByRoute[route, default: 0] += 1
             let seen = data.requestsByRoute[route, default: 0]
             var ready: [CheckedContinuation<Void, Never>] = []
@@ -86,17 +87,17 @@ public final class SimulatorState: Sendable {
         for continuation in ready { continuation.resume() }
     }
 
-    func stallOpened() { box.locked { $0.openStalls += 1 } }
+    func stallOpened() { box.withLock { $0.openStalls += 1 } }
 
     func stallClosed(abandoned: Bool) {
-        box.locked {
+        box.withLock {
             $0.openStalls -= 1
             if abandoned { $0.abandonedStalls += 1 }
         }
     }
 
     func bound(port: Int) {
-        let waiters = box.locked { data -> [CheckedContinuation<Int?, Never>] in
+        let waiters = box.withLock { data -> [CheckedContinuation<Int?, Never>] in
             data.port = port
             defer { data.portWaiters = [] }
             return data.portWaiters
@@ -105,7 +106,7 @@ public final class SimulatorState: Sendable {
     }
 
     func stopped() {
-        let waiters = box.locked { data -> [CheckedContinuation<Int?, Never>] in
+        let waiters = box.withLock { data -> [CheckedContinuation<Int?, Never>] in
             data.stopped = true
             defer { data.portWaiters = [] }
             return data.portWaiters
@@ -121,16 +122,5 @@ public final class SimulatorState: Sendable {
         var stopped = false
         var portWaiters: [CheckedContinuation<Int?, Never>] = []
         var requestWaiters: [(route: String, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-    }
-
-    private final class Box: @unchecked Sendable {
-        private let lock = NSLock()
-        private var data = Data()
-
-        func locked<T>(_ body: (inout Data) -> T) -> T {
-            lock.lock()
-            defer { lock.unlock() }
-            return body(&data)
-        }
     }
 }
