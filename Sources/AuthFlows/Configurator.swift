@@ -89,14 +89,17 @@ public struct DestinationConfigurator: Sendable {
         case browser(ForwardedAddressSpace?)
     }
 
-    /// `observers` watch this manager's conversations besides the configurator's own.
+    /// `observers` watch this manager's conversations besides the configurator's own;
+    /// `cookieJar` replaces the registration's jar (a flow's browser stages what it is set).
     public func makeManager(
-        for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api, observers extra: [any ConversationObserver] = []
+        for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api,
+        observers extra: [any ConversationObserver] = [], cookieJar: (any CookieStorage)? = nil
     ) -> ConversationManager {
         let observers = self.observers + extra
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
-        var jar: any CookieStorage = RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock)
+        var jar: any CookieStorage =
+            cookieJar ?? RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock)
         if case .browser(let space?) = audience { jar = ForwardedCookieJar(jar: jar, space: space) }
         let session = SessionConfiguration(
             cookieJar: jar,

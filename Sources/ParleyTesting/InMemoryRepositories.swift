@@ -58,6 +58,15 @@ public final class InMemoryFlows: FlowRepository {
         }
     }
 
+    public func replaceStagedCookies(id: UUID, expected: [UInt8]?, with cookies: [UInt8]?) async throws -> Bool {
+        rows.withLock { rows in
+            guard var row = rows[id], row.flow.status == .pending, row.flow.stagedCookies == expected else { return false }
+            row.flow.stagedCookies = cookies
+            rows[id] = row
+            return true
+        }
+    }
+
     public func claim(callbackHash: [UInt8]) async throws -> FlowRecord? {
         rows.withLock { rows in
             guard let (id, row) = rows.first(where: { $0.value.callbackHash == callbackHash && $0.value.flow.status == .pending }) else {
@@ -82,6 +91,7 @@ public final class InMemoryFlows: FlowRepository {
             row.flow.status = status
             row.flow.error = error
             row.flow.kindState = nil
+            row.flow.stagedCookies = nil
             row.callbackHash = nil
             rows[id] = row
             return true

@@ -106,11 +106,12 @@ func compose(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
     let binding = HostedBinding(publicURL: configuration.server.publicURL)
+    let staging = CookieStaging(flows: d.flows, secrets: secrets, cookies: d.cookies, clock: d.clock)
     let conversations = Conversations(
         destinations: configuration.destinations, configurator: configurator,
         managers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock),
         browserManagers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock), secrets: secrets, cookies: d.cookies,
-        csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) },
+        csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) }, staging: staging,
         accounting: { registration, destination in
             [ConversationAccounting(registration: registration, destination: destination, limits: limits, metrics: metrics)]
         })
@@ -124,7 +125,7 @@ func compose(
             .smpRegistration: SMPActivation(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
                 secrets: secrets, audit: audit)
-        ])
+        ], staging: staging)
     flows.metrics = metrics
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,

@@ -6,8 +6,9 @@ import Hummingbird
 import Logging
 import ParleyCrypto
 
-/// `ANY /web/{destination}/…`, the hosted upstream's web path: forwards a bound browser's requests through the registration's
-/// browser conversation (`UpstreamExchange`) and lets the flow's kind judge each answer.
+/// `ANY /web/{destination}/…`, the hosted upstream's web path: forwards a bound browser's
+/// requests through the registration's browser conversation (`UpstreamExchange`) and lets
+/// the flow's kind judge each answer.
 ///
 /// An upstream that honours the forwarded headers answers in the browser's address space;
 /// its `Location`s are mapped back into its own (`ForwardedAddressSpace`) before a kind
@@ -47,7 +48,7 @@ struct HostedUpstreamController: Sendable {
         }
         let result = try await exchange.send(
             outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: Self.maxBodyBytes,
-            through: try conversations.browserManager(for: registration))
+            through: try conversations.browserManager(for: registration, flow: flow))
         guard case .response(var response) = result else {
             return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
         }

@@ -96,7 +96,7 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
         else { return .failure(.invalid("the passcode is missing or not valid")) }
 
         let body = PercentEncoding.encodeForm([(otp.passcodeField, passcode)])
-        let result = try await conversations.browserManager(for: registration).execute(
+        let result = try await conversations.browserManager(for: registration, flow: flow).execute(
             UpstreamRequest(
                 method: "POST", url: form, headers: ["Content-Type": "application/x-www-form-urlencoded"], body: .bytes(Array(body.utf8))))
         guard case .response(var response) = result else { return .failure(.invalid("the passcode was not accepted")) }

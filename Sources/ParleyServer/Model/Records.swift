@@ -78,6 +78,9 @@ public struct FlowRecord: Sendable, Equatable {
     public var challengeURL: String?
     /// The kind's own state, sealed and bound to this row; opaque to everything but the kind.
     public var kindState: [UInt8]?
+    /// Cookies the upstream set through the hosted upstream during this flow (`StagedCookies`,
+    /// sealed), kept from the registration's jar until the flow completes as its user.
+    public var stagedCookies: [UInt8]?
     public var expiresAt: Date
     public var createdAt: Date
 
@@ -86,7 +89,7 @@ public struct FlowRecord: Sendable, Equatable {
     public init(
         id: UUID, registrationID: UUID, kind: FlowKind, purpose: FlowPurpose, secretHash: [UInt8], secretSealed: [UInt8]?,
         scopeKey: String?, status: FlowStatus = .pending, error: String? = nil, returnUrl: String?, challengeURL: String? = nil,
-        kindState: [UInt8]? = nil, expiresAt: Date, createdAt: Date
+        kindState: [UInt8]? = nil, stagedCookies: [UInt8]? = nil, expiresAt: Date, createdAt: Date
     ) {
         self.id = id
         self.registrationID = registrationID
@@ -100,6 +103,7 @@ public struct FlowRecord: Sendable, Equatable {
         self.returnUrl = returnUrl
         self.challengeURL = challengeURL
         self.kindState = kindState
+        self.stagedCookies = stagedCookies
         self.expiresAt = expiresAt
         self.createdAt = createdAt
     }

@@ -9,7 +9,7 @@ extension FlowRecord {
             secretSealed: try row.optionalBytes("secret_sealed"), scopeKey: try row.optionalString("scope_key"),
             status: try row.enumValue("status", FlowStatus.self), error: try row.optionalString("error"),
             returnUrl: try row.optionalString("return_url"), challengeURL: try row.optionalString("challenge_url"),
-            kindState: try row.optionalBytes("kind_state_sealed"), expiresAt: try row.date("expires_at"), createdAt: try row.date("created_at"))
+            kindState: try row.optionalBytes("kind_state_sealed"), stagedCookies: try row.optionalBytes("staged_cookies_sealed"), expiresAt: try row.date("expires_at"), createdAt: try row.date("created_at"))
     }
 }
 
@@ -22,7 +22,7 @@ public struct PostgresFlows: FlowRepository {
     static let columns: SQL =
         """
         id, registration_id, kind, purpose, secret_hash, secret_sealed, scope_key, status, error, return_url, challenge_url, kind_state_sealed,
-        expires_at, created_at
+        staged_cookies_sealed, expires_at, created_at
         """
 
     public func insert(_ f: FlowRecord) async throws {
@@ -40,6 +40,14 @@ public struct PostgresFlows: FlowRepository {
             """
             UPDATE flows SET kind_state_sealed = \(state), state_hash = \(callbackHash)
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue) AND kind_state_sealed IS NOT DISTINCT FROM \(expected)
+            """) > 0
+    }
+
+    public func replaceStagedCookies(id: UUID, expected: [UInt8]?, with cookies: [UInt8]?) async throws -> Bool {
+        try await store.execute(
+            """
+            UPDATE flows SET staged_cookies_sealed = \(cookies)
+            WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue) AND staged_cookies_sealed IS NOT DISTINCT FROM \(expected)
             """) > 0
     }
 
@@ -66,7 +74,7 @@ public struct PostgresFlows: FlowRepository {
     public func finish(id: UUID, status: FlowStatus, error: String?, at now: Date) async throws -> Bool {
         try await store.execute(
             """
-            UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, kind_state_sealed = NULL,
+            UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, kind_state_sealed = NULL, staged_cookies_sealed = NULL,
                 pkce_verifier_sealed = NULL
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
             """) > 0

@@ -118,6 +118,7 @@ public struct Rekey: Sendable {
             columns: [
                 SealedColumn("secret_sealed") { SealBinding.flowSecret(try $0.uuid("id").uuidString.lowercased()) },
                 SealedColumn("kind_state_sealed") { SealBinding.flowKindState(try $0.uuid("id").uuidString.lowercased()) },
+                SealedColumn("staged_cookies_sealed") { SealBinding.flowStagedCookies(try $0.uuid("id").uuidString.lowercased()) },
                 // Written only by instances before migration 0006; re-sealed so no value is left under a retired key.
                 SealedColumn("pkce_verifier_sealed") { SealBinding.pkceVerifier(try $0.uuid("id").uuidString.lowercased()) },
             ]),

@@ -27,11 +27,14 @@ public protocol FlowRepository: Sendable {
     /// files the flow under `callbackHash` for `claim` (nil: under nothing). False when the flow
     /// is no longer pending or its state changed meanwhile (read it again and retry).
     func replaceKindState(id: UUID, expected: [UInt8]?, with state: [UInt8]?, callbackHash: [UInt8]?) async throws -> Bool
+    /// Replaces a pending flow's staged cookies when they are still `expected` (compare-and-set).
+    func replaceStagedCookies(id: UUID, expected: [UInt8]?, with cookies: [UInt8]?) async throws -> Bool
     /// Claims the pending flow filed under `callbackHash`, exactly once.
     func claim(callbackHash: [UInt8]) async throws -> FlowRecord?
     func latest(registrationID: UUID, purpose: FlowPurpose) async throws -> FlowRecord?
     func find(id: UUID) async throws -> FlowRecord?
-    /// Moves a pending flow to a final status (its kind state goes); false when it was no longer pending.
+    /// Moves a pending flow to a final status (its kind state and staged cookies go); false when
+    /// it was no longer pending.
     func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool
 }
 

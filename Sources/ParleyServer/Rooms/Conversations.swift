@@ -8,13 +8,15 @@ struct Conversations: Sendable {
     let destinations: [String: Destination]
     let configurator: DestinationConfigurator
     let managers: ManagerCache<UUID>
-    /// Managers for a browser on the hosted upstream (`/web/{destination}/…`).
+    /// Managers for a flow's browser on the hosted upstream (`/web/{destination}/…`), by flow.
     let browserManagers: ManagerCache<UUID>
     let secrets: Secrets
     let cookies: any CookieRepository
     let csrfTokens: CSRFTokenCache
     /// Where a destination's upstream is seen by a browser (`PUBLIC_URL/web/{destination}`).
     let hostedBase: @Sendable (String) -> String
+    /// Where a flow's browser keeps what the upstream sets until the flow completes.
+    let staging: CookieStaging
     /// What watches a registration's API conversations (`ConversationAccounting`).
     let accounting: @Sendable (RegistrationRecord, Destination) -> [any ConversationObserver]
 
@@ -35,13 +37,17 @@ struct Conversations: Sendable {
         }
     }
 
-    /// The manager a browser on the hosted upstream uses: the same session (cookie jar,
-    /// APPCID, certificates) and Basic credentials, nothing that asks for a person.
-    func browserManager(for registration: RegistrationRecord) throws -> ConversationManager {
+    /// The manager a flow's browser on the hosted upstream uses: the registration's session
+    /// (APPCID, certificates) and Basic credentials, nothing that asks for a person; its
+    /// cookie jar is the registration's overlaid with the flow's staged cookies, and what the
+    /// upstream sets is staged with the flow (`CookieStaging`), seen through the forwarded
+    /// address space.
+    func browserManager(for registration: RegistrationRecord, flow: FlowRecord) throws -> ConversationManager {
         let destination = try destination(of: registration)
-        return try browserManagers.manager(for: registration.id) {
+        return try browserManagers.manager(for: flow.id) {
             configurator.makeManager(
-                for: destination, registration: try secrets.material(of: registration), audience: .browser(addressSpace(of: destination)))
+                for: destination, registration: try secrets.material(of: registration), audience: .browser(addressSpace(of: destination)),
+                cookieJar: StagedCookieJar(staging: staging, flowID: flow.id, registrationID: registration.idString))
         }
     }
 
@@ -53,7 +59,8 @@ struct Conversations: Sendable {
     /// The managers must be rebuilt (a new APPCID, new credentials).
     func evict(_ registrationID: UUID) {
         managers.evict(registrationID)
-        browserManagers.evict(registrationID)
+        // Browser managers are kept by flow, few and short-lived: all of them are rebuilt.
+        browserManagers.evictAll()
     }
 
     /// Everything this instance remembers of a registration that is gone.

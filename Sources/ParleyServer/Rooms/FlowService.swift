@@ -27,6 +27,8 @@ struct FlowService: Sendable {
     let publicURL: String
     /// What to do when a flow of a purpose completes.
     let completions: [FlowPurpose: any FlowCompletion]
+    /// Where a hosted flow's cookies wait for its completion.
+    let staging: CookieStaging
     var metrics: Metrics?
 
     /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
@@ -145,8 +147,13 @@ struct FlowService: Sendable {
         let span = startSpan("flow finish")
         defer { span.end() }
         if span.isRecording { span.updateAttributes { $0["parley.flow.kind"] = flow.kind.rawValue; $0["parley.flow.status"] = status.rawValue } }
-        guard let action = AuditAction(flowFinished: status), try await flows.finish(id: flow.id, status: status, error: error, at: clock.now)
-        else { return }
+        guard let action = AuditAction(flowFinished: status) else { return }
+        // A completed flow's staged cookies join the registration's jar before the flow is
+        // marked completed (a woken long-poll finds them); any other end drops them.
+        if status == .completed, let current = try await flows.find(id: flow.id), current.status == .pending {
+            try await staging.commit(current)
+        }
+        guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
         metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", status.rawValue)])
         await audit.record(
             action, actor: .system, registrationID: flow.registrationID, detail: ["flow": flow.idString, "kind": flow.kind.rawValue])

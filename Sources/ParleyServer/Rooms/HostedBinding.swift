@@ -1,10 +1,6 @@
 import AuthFlows
 import Conversation
 import Foundation
-import HTTPTypes
-import Hummingbird
-import Logging
-import ParleyCrypto
 
 /// The hosted upstream: `/web/{destination}/…` shows a browser in a saml2 or otp
 /// flow the destination's upstream origin through Parley, at a path that is the same

@@ -15,6 +15,7 @@ enum SealBinding {
     /// The PKCE verifier column of instances before migration 0006 (only `parley rekey` reads it).
     static func pkceVerifier(_ id: String) -> String { "flows.pkce:\(id)" }
     static func flowKindState(_ id: String) -> String { "flows.kind_state:\(id)" }
+    static func flowStagedCookies(_ id: String) -> String { "flows.staged_cookies:\(id)" }
 }
 
 /// Seals and opens the secrets a registration and its flows keep in their rows.
@@ -60,6 +61,15 @@ struct Secrets: Sendable {
     /// A flow kind's state, sealed for its row.
     func seal(kindState: [UInt8], flowID: String) -> [UInt8] {
         keyRing.seal(kindState, associatedData: SealBinding.flowKindState(flowID))
+    }
+
+    /// A flow's staged cookies (`StagedCookies` as JSON), sealed for its row.
+    func seal(stagedCookies: [UInt8], flowID: String) -> [UInt8] {
+        keyRing.seal(stagedCookies, associatedData: SealBinding.flowStagedCookies(flowID))
+    }
+
+    func stagedCookies(of flow: FlowRecord) throws -> [UInt8]? {
+        try flow.stagedCookies.map { try keyRing.open($0, associatedData: SealBinding.flowStagedCookies(flow.idString)) }
     }
 
     func kindState(of flow: FlowRecord) throws -> [UInt8]? {
