@@ -7,6 +7,8 @@ import ParleyEncoding
 /// A block that is absent is off (nil); present, even as `{}`, it is on.
 public struct Destination: Sendable {
     public let name: String
+    /// How Parley's pages name the destination (`displayName`, default: the name).
+    public let displayName: String
     /// The destination URL without a trailing slash.
     public let baseURL: String
     public let allowedReturnUrls: [String]
@@ -71,6 +73,7 @@ public struct Destination: Sendable {
         requestBodyLimit = spec.maxRequestBodyBytes ?? Self.defaultMaxRequestBodyBytes
         clientCertificate = certificate
         caCertificate = spec.caCertificate
+        displayName = spec.displayName ?? spec.name
         self.timeouts = timeouts
         saml2 = spec.saml2.map(SAML2Settings.init(spec:))
         otp = spec.otp.map(OTPSettings.init(spec:))
@@ -144,6 +147,8 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var clientCertificate: ClientCertificate?
     public var caCertificate: String?
     public var timeouts: TimeoutSettings?
+    /// How Parley's pages name the destination (default: `name`).
+    public var displayName: String?
     public var saml2: SAML2?
     public var otp: OTP?
     public var oauth2: OAuth2?
@@ -291,6 +296,14 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             // URLParts drops a fragment; libcurl would too, and every proxied path with it.
             if baseURL.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
                 problems.append("\(label): url must not have a fragment, spaces or control characters")
+    public static let maxDisplayNameLength = 100
+
+    /// A name a page can show: some visible text, at most 100 characters, no control characters.
+    static func isDisplayName(_ text: String) -> Bool {
+        text.count <= maxDisplayNameLength && text.contains { !$0.isWhitespace }
+            && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
             }
             if baseURL.utf8.last == UInt8(ascii: "/") { problems.append("\(label): url must not end with '//'") }
         } else {
@@ -304,6 +317,9 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
                     certificate = ClientCertificateMaterial(identity: try ClientIdentity.importPKCS12(bytes, password: cert.password))
                 } catch {
                     problems.append("\(label): clientCertificate.pkcs12 \(error)")
+        if let displayName, !Self.isDisplayName(displayName) {
+            problems.append("\(label): displayName must be 1 to \(Self.maxDisplayNameLength) characters without control characters")
+        }
                 }
             } else {
                 problems.append("\(label): clientCertificate.pkcs12 is not base64")

@@ -72,7 +72,8 @@ import Testing
         var sp = DestinationSpec(name: "sp", url: "https://sp.example/sp")
         sp.saml2 = .init()
         sp.otp = .init()
-        let form = DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true))
+        var form = DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true))
+        form.displayName = "Forms & Co <HR>"
         return ParleyConfiguration(
             server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
             destinations: [try sp.validated(), try form.validated()])
@@ -373,6 +374,7 @@ import Testing
             }
             #expect(flows.all.first { $0.idString == id }?.status == .failed)
             try await client.execute(uri: "/flows/\(id)/done", method: .get) { response in
+                #expect(page.contains("<h1>Sign in to Forms &amp; Co &lt;HR&gt;</h1>"), "the form names the destination by its displayName")
                 #expect(response.status == .forbidden)
                 #expect(String(buffer: response.body).contains("data-parley-flow-status=\"failed\""))
             }

@@ -60,7 +60,7 @@ struct BasicFormFlow: FlowKindHandler {
 
     private func form(_ flow: FlowRecord, secret: String, destination: Destination, error: String?) -> FlowPage {
         .credentialsForm(
-            destination: destination.name, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
+            destination: destination.displayName, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
             error: error)
     }
 
