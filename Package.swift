@@ -33,6 +33,10 @@ let package = Package(
         // Configuration (ConfigReader over the environment). No traits: no JSON, YAML or reloading
         // providers are built (Hummingbird already links the library with none).
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: []),
+        // Identity tokens (JWKS; RS256, PS256, ES256), verified in AuthFlows.
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.0.0"),
+        // jwt-kit's own crypto; the simulator's demo identity provider signs with it (RSA from CryptoExtras).
+        .package(url: "https://github.com/apple/swift-crypto.git", "4.0.0"..<"6.0.0"),
     ],
     targets: [
         // C libraries, each behind a prefixed shim header.
@@ -70,6 +74,7 @@ let package = Package(
             dependencies: [
                 "CPSL", "Conversation", "ParleyCrypto", "ParleyEncoding", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"), .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -109,6 +114,8 @@ let package = Package(
                 "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -134,7 +141,7 @@ let package = Package(
         .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto", "ParleyEncoding"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ConversationTests",
-            dependencies: ["Conversation", "AuthFlows", "ParleyTesting", "ParleyCrypto", "ParleyEncoding"],
+            dependencies: ["Conversation", "AuthFlows", "ParleyTesting", "ParleyCrypto", "ParleyEncoding", "UpstreamSimulator"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -27,6 +27,12 @@ public struct Destination: Sendable {
     public let oauth2: OAuth2Settings?
     /// Who may register.
     public let registrationPolicy: RegistrationPolicy
+    /// Whether a registration must carry a valid identity token (`registration: {identity: required}`);
+    /// one without is `403 forbidden`.
+    public let identityRequired: Bool
+    /// The claim of the registration's identity token that a flow's signed-in identity is compared
+    /// with, case-insensitively (`identity: {match: …}`, default `sub`).
+    public let identityMatchClaim: String
     /// Whether upstream requests carry W3C trace context (`traceparent`, `tracestate`) when traces are on.
     public let propagateTraceContext: Bool
 
@@ -64,7 +70,10 @@ public struct Destination: Sendable {
         policy: RegistrationPolicy
     ) {
         registrationPolicy = policy
+        identityRequired = spec.registration?.identity == "required"
+        identityMatchClaim = spec.identity?.match ?? "sub"
         name = spec.name
+        displayName = spec.displayName ?? spec.name
         self.baseURL = baseURL
         allowedReturnUrls = spec.allowedReturnUrls ?? []
         smp = spec.smp.map { SMPSettings(appId: $0.appId) }
@@ -73,7 +82,6 @@ public struct Destination: Sendable {
         requestBodyLimit = spec.maxRequestBodyBytes ?? Self.defaultMaxRequestBodyBytes
         clientCertificate = certificate
         caCertificate = spec.caCertificate
-        displayName = spec.displayName ?? spec.name
         self.timeouts = timeouts
         saml2 = spec.saml2.map(SAML2Settings.init(spec:))
         otp = spec.otp.map(OTPSettings.init(spec:))
@@ -139,6 +147,8 @@ public struct OTPSettings: Sendable, Equatable {
 public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var name: String
     public var url: String
+    /// How Parley's pages name the destination (default: `name`).
+    public var displayName: String?
     public var allowedReturnUrls: [String]?
     public var smp: SMP?
     public var csrf: Bool?
@@ -147,22 +157,31 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var clientCertificate: ClientCertificate?
     public var caCertificate: String?
     public var timeouts: TimeoutSettings?
-    /// How Parley's pages name the destination (default: `name`).
-    public var displayName: String?
     public var saml2: SAML2?
     public var otp: OTP?
     public var oauth2: OAuth2?
     public var registration: Registration?
+    /// Which claim of the registration's identity token names the person a flow must sign in as.
+    public var identity: Identity?
     /// Send `traceparent`/`tracestate` to this upstream (default false: trace ids stay inside).
     public var propagateTraceContext: Bool?
 
     public struct Registration: Sendable, Decodable, Equatable {
         public var policy: String?
         public var enrolmentSecretSha256: String?
-        public init(policy: String? = nil, enrolmentSecretSha256: String? = nil) {
+        /// `required`: every registration carries a valid identity token; `optional` (the default).
+        public var identity: String?
+        public init(policy: String? = nil, enrolmentSecretSha256: String? = nil, identity: String? = nil) {
             self.policy = policy
             self.enrolmentSecretSha256 = enrolmentSecretSha256
+            self.identity = identity
         }
+    }
+
+    public struct Identity: Sendable, Decodable, Equatable {
+        /// The claim compared with a flow's signed-in identity (default `sub`).
+        public var match: String?
+        public init(match: String? = nil) { self.match = match }
     }
 
     public struct SMP: Sendable, Decodable, Equatable {
@@ -277,6 +296,14 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         self.allowedReturnUrls = allowedReturnUrls
     }
 
+    public static let maxDisplayNameLength = 100
+
+    /// A name a page can show: some visible text, at most 100 characters, no control characters.
+    static func isDisplayName(_ text: String) -> Bool {
+        text.count <= maxDisplayNameLength && text.contains { !$0.isWhitespace }
+            && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
     /// Every problem of one destination, reported together.
     public struct Invalid: Error, CustomStringConvertible {
         public let problems: [String]
@@ -290,20 +317,15 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         if name.isEmpty || !name.utf8.allSatisfy(isNameByte) {
             problems.append("\(label): name must be letters, digits, '-', '_' or '.'")
         }
+        if let displayName, !Self.isDisplayName(displayName) {
+            problems.append("\(label): displayName must be 1 to \(Self.maxDisplayNameLength) characters without control characters")
+        }
         let baseURL = url.hasSuffix("/") ? String(url.dropLast()) : url
         if let parts = URLParts(baseURL) {
             if parts.query != nil { problems.append("\(label): url must not have a query") }
             // URLParts drops a fragment; libcurl would too, and every proxied path with it.
             if baseURL.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
                 problems.append("\(label): url must not have a fragment, spaces or control characters")
-    public static let maxDisplayNameLength = 100
-
-    /// A name a page can show: some visible text, at most 100 characters, no control characters.
-    static func isDisplayName(_ text: String) -> Bool {
-        text.count <= maxDisplayNameLength && text.contains { !$0.isWhitespace }
-            && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
-    }
-
             }
             if baseURL.utf8.last == UInt8(ascii: "/") { problems.append("\(label): url must not end with '//'") }
         } else {
@@ -317,9 +339,6 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
                     certificate = ClientCertificateMaterial(identity: try ClientIdentity.importPKCS12(bytes, password: cert.password))
                 } catch {
                     problems.append("\(label): clientCertificate.pkcs12 \(error)")
-        if let displayName, !Self.isDisplayName(displayName) {
-            problems.append("\(label): displayName must be 1 to \(Self.maxDisplayNameLength) characters without control characters")
-        }
                 }
             } else {
                 problems.append("\(label): clientCertificate.pkcs12 is not base64")
@@ -359,6 +378,13 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             }
         case let other?:
             problems.append("\(label): registration.policy must be open, enrolment or approval, got '\(other.prefix(40))'")
+        }
+        switch registration?.identity {
+        case nil, "optional", "required": break
+        case let other?: problems.append("\(label): registration.identity must be optional or required, got '\(other.prefix(40))'")
+        }
+        if let claim = identity?.match, claim.isEmpty || claim.utf8.count > 200 {
+            problems.append("\(label): identity.match must be a claim name of 1 to 200 bytes")
         }
         guard problems.isEmpty else { throw Invalid(problems: problems) }
         return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)

@@ -6,19 +6,67 @@ import Yams
 /// path from bytes to `Destination`s can be fuzzed (`parley-fuzz destinations`);
 /// reading the file is the server's (`DestinationsFile.load(path:)`).
 public enum DestinationsDocument {
-    struct File: Decodable {
-        var destinations: [DestinationSpec]
+    /// The whole file as written: the destinations and the identity providers they trust.
+    public struct Contents: Sendable, Decodable, Equatable {
+        public var destinations: [DestinationSpec]
+        public var identityProviders: [IdentityProviderSpec]?
+
+        public init(destinations: [DestinationSpec], identityProviders: [IdentityProviderSpec]? = nil) {
+            self.destinations = destinations
+            self.identityProviders = identityProviders
+        }
     }
 
-    /// The written form of every entry; one problem (the first the decoder met) otherwise.
-    public static func decode(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> [DestinationSpec] {
+    /// The whole file checked.
+    public struct Checked: Sendable {
+        public let destinations: [Destination]
+        public let identityProviders: [IdentityProvider]
+    }
+
+    /// The written form of the whole file; one problem (the first the decoder met) otherwise.
+    public static func decodeContents(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> Contents {
         do {
-            return try YAMLDecoder().decode(File.self, from: text).destinations
+            return try YAMLDecoder().decode(Contents.self, from: text)
         } catch let error as DecodingError {
             throw DestinationSpec.Invalid(problems: ["\(source): \(describe(error))"])
         } catch {
             throw DestinationSpec.Invalid(problems: ["\(source): not valid YAML (\(error))"])
         }
+    }
+
+    /// The written form of every entry; one problem (the first the decoder met) otherwise.
+    public static func decode(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> [DestinationSpec] {
+        try decodeContents(text, source: source).destinations
+    }
+
+    /// Every destination and identity provider checked, names and issuers unique, and a
+    /// destination that requires verified users only where some provider can vouch for one;
+    /// every problem of every entry otherwise.
+    public static func validate(_ contents: Contents) throws(DestinationSpec.Invalid) -> Checked {
+        var problems: [String] = []
+        var destinations: [Destination] = []
+        do { destinations = try validate(contents.destinations) } catch { problems += error.problems }
+        var providers: [IdentityProvider] = []
+        let specs = contents.identityProviders ?? []
+        for (position, spec) in specs.enumerated() {
+            do { providers.append(try spec.validated(position: position)) } catch { problems += error.problems }
+        }
+        var issuers: Set<String> = []
+        for spec in specs where !spec.issuer.isEmpty && !issuers.insert(spec.issuer).inserted {
+            problems.append("identity provider '\(spec.issuer.prefix(200))' is listed twice")
+        }
+        if specs.isEmpty {
+            for spec in contents.destinations where spec.registration?.identity == "required" {
+                problems.append("destination '\(spec.name)': registration.identity is required, but the file lists no identityProviders")
+            }
+        }
+        guard problems.isEmpty else { throw DestinationSpec.Invalid(problems: problems) }
+        return Checked(destinations: destinations, identityProviders: providers)
+    }
+
+    /// The whole path for the whole file: text to checked destinations and identity providers.
+    public static func readContents(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> Checked {
+        try validate(decodeContents(text, source: source))
     }
 
     /// Every entry checked, and names unique; every problem of every entry otherwise.
@@ -38,9 +86,9 @@ public enum DestinationsDocument {
         return destinations
     }
 
-    /// The whole path: text to checked destinations.
+    /// The whole path: text to checked destinations (the identity providers checked too).
     public static func read(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> [Destination] {
-        try validate(decode(text, source: source))
+        try readContents(text, source: source).destinations
     }
 
     /// A decoding error as a path and a reason (`missing 'url' at .destinations[0]`).

@@ -18,7 +18,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable, Codable {
     /// `ProxyPath.upstreamURL`: `<destination URL>\n<path>[?<query>]` (the request target
     /// after `/v1/proxy/`), or only the target (for `https://upstream.example/base`).
     case proxyPath = "proxy-path"
-    /// The destinations file, bytes to checked `Destination`s (`DestinationsDocument.read`).
+    /// The destinations file, bytes to checked `Destination`s and identity providers
+    /// (`DestinationsDocument.readContents`).
     case destinations
     /// `PercentEncoding.decodeForm`: the query of `/callback/oauth2` and `/callback/otp`
     /// and the form bodies of the hosted pages.

@@ -162,8 +162,24 @@ enum Targets {
     // MARK: destinations file
 
     static func destinations(_ input: [UInt8]) -> [String] {
-        guard let destinations = try? DestinationsDocument.read(String(decoding: input, as: UTF8.self)) else { return [] }
+        guard let checked = try? DestinationsDocument.readContents(String(decoding: input, as: UTF8.self)) else { return [] }
+        let destinations = checked.destinations
         var broken: [String] = []
+        if Set(checked.identityProviders.map(\.issuer)).count != checked.identityProviders.count {
+            broken.append("two identity providers share an issuer")
+        }
+        for provider in checked.identityProviders {
+            if provider.issuer.isEmpty { broken.append("an identity provider without an issuer") }
+            if provider.audiences.isEmpty || provider.audiences.contains(where: \.isEmpty) { broken.append("an identity provider without a usable audience") }
+            if provider.userClaim.isEmpty { broken.append("an identity provider without a user claim") }
+            if URLParts(provider.jwksURI) == nil { broken.append("an identity provider whose jwksUri does not parse") }
+            if provider.jwksURI.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
+                broken.append("an identity provider whose jwksUri has a fragment, space or control character")
+            }
+        }
+        if checked.identityProviders.isEmpty, destinations.contains(where: \.identityRequired) {
+            broken.append("a destination requires verified users but no identity provider is listed")
+        }
         if Set(destinations.map(\.name)).count != destinations.count { broken.append("two destinations share a name") }
         for destination in destinations {
             if destination.name.isEmpty { broken.append("a destination without a name") }

@@ -14,6 +14,8 @@ public struct ParleyConfiguration: Sendable {
     public var database: Database
     public var keys: Keys
     public var destinations: [String: Destination]
+    /// The destinations file's `identityProviders`: whose identity tokens a registration may carry.
+    public var identityProviders: [IdentityProvider]
     public var limits: Limits
     public var bodies: Bodies
     /// The upstream transport: libcurl's connection limits and the paused-transfer deadline.
@@ -36,12 +38,13 @@ public struct ParleyConfiguration: Sendable {
     public init(
         server: Server, database: Database, keys: Keys, destinations: [Destination], limits: Limits = Limits(), bodies: Bodies = Bodies(),
         transport: CurlTransport.Configuration = CurlTransport.Configuration(), rateLimits: RateLimitSettings = RateLimitSettings(),
-        timeouts: Timeouts = Timeouts(), housekeeping: Housekeeping = Housekeeping()
+        timeouts: Timeouts = Timeouts(), housekeeping: Housekeeping = Housekeeping(), identityProviders: [IdentityProvider] = []
     ) {
         self.server = server
         self.database = database
         self.keys = keys
         self.destinations = Dictionary(destinations.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        self.identityProviders = identityProviders
         self.limits = limits
         self.bodies = bodies
         self.transport = transport
@@ -59,7 +62,7 @@ public struct ParleyConfiguration: Sendable {
             let server = Server(reading: settings)
             let database = Database(reading: settings)
             let keys = Keys(reading: settings)
-            let destinations = Self.destinations(reading: settings)
+            let file = Self.destinationsFile(reading: settings)
             let limits = Limits(reading: settings)
             let bodies = Bodies(reading: settings)
             let transport = CurlTransport.Configuration(reading: settings)
@@ -68,8 +71,9 @@ public struct ParleyConfiguration: Sendable {
             let housekeeping = Housekeeping(reading: settings)
             guard let keys else { return nil }
             return ParleyConfiguration(
-                server: server, database: database, keys: keys, destinations: destinations, limits: limits, bodies: bodies,
-                transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping)
+                server: server, database: database, keys: keys, destinations: file.destinations, limits: limits, bodies: bodies,
+                transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping,
+                identityProviders: file.identityProviders)
         }
     }
 
@@ -78,20 +82,22 @@ public struct ParleyConfiguration: Sendable {
         try ParleyConfiguration(reading: environmentReader(environment))
     }
 
-    /// `PARLEY_DESTINATIONS`: the destinations file, every problem in it reported.
-    static func destinations(reading settings: SettingsReader) -> [Destination] {
+    /// `PARLEY_DESTINATIONS`: the destinations file (destinations and identity providers),
+    /// every problem in it reported.
+    static func destinationsFile(reading settings: SettingsReader) -> (destinations: [Destination], identityProviders: [IdentityProvider]) {
         guard let path = settings.string("destinations") else {
             settings.report("\(settings.variable("destinations")) is not set (path of the destinations YAML file)")
-            return []
+            return ([], [])
         }
         do {
-            return try DestinationsDocument.validate(try DestinationsFile.load(path: path))
+            let checked = try DestinationsDocument.validate(try DestinationsFile.loadContents(path: path))
+            return (checked.destinations, checked.identityProviders)
         } catch let error as DestinationSpec.Invalid {
             error.problems.forEach(settings.report)
         } catch {
             settings.report("\(error)")
         }
-        return []
+        return ([], [])
     }
 }
 
@@ -340,15 +346,24 @@ public enum DestinationsFile {
     }
 
     public static func load(path: String) throws -> [DestinationSpec] {
+        try loadContents(path: path).destinations
+    }
+
+    /// The whole file as written: destinations and identity providers.
+    public static func loadContents(path: String) throws -> DestinationsDocument.Contents {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw LoadError(description: "PARLEY_DESTINATIONS: cannot read '\(path)'")
         }
-        return try parse(String(decoding: data, as: UTF8.self), source: path)
+        return try parseContents(String(decoding: data, as: UTF8.self), source: path)
     }
 
     public static func parse(_ text: String, source: String = "destinations") throws -> [DestinationSpec] {
+        try parseContents(text, source: source).destinations
+    }
+
+    public static func parseContents(_ text: String, source: String = "destinations") throws -> DestinationsDocument.Contents {
         do {
-            return try DestinationsDocument.decode(text, source: source)
+            return try DestinationsDocument.decodeContents(text, source: source)
         } catch {
             throw LoadError(description: error.description)
         }

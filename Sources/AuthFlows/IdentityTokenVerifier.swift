@@ -1,0 +1,431 @@
+public import Conversation
+public import Foundation
+import JWTKit
+public import Logging
+import ParleyEncoding
+import Synchronization
+
+/// Who an identity token says the user is, once every check passed.
+public struct VerifiedIdentity: Sendable, Equatable {
+    /// The provider's issuer (the token's `iss`).
+    public let issuer: String
+    /// The value of the provider's `userClaim` (default `sub`).
+    public let subject: String
+    /// Every claim of the token whose value is a string (`sub`, `email`, `preferred_username`,
+    /// `upn`, `nonce`, …), as the token carried it.
+    public let claims: [String: String]
+
+    public init(issuer: String, subject: String, claims: [String: String]) {
+        self.issuer = issuer
+        self.subject = subject
+        self.claims = claims
+    }
+}
+
+/// Why an identity token was refused: which check failed. `detail` is for the client's problem
+/// and the log; it never carries the token or any part of it.
+public struct IdentityTokenError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Check: String, Sendable, CaseIterable {
+        /// Larger than `IdentityTokenVerifier.maxTokenBytes`; not parsed at all.
+        case tooLarge = "too_large"
+        /// Not a compact JWS with a JSON header and JSON claims.
+        case malformed
+        /// An algorithm other than RS256, PS256 or ES256 (`none` and every HMAC among them),
+        /// or a key that is not for the token's algorithm.
+        case algorithm
+        /// `iss` names no listed identity provider.
+        case unknownIssuer = "unknown_issuer"
+        /// The issuer publishes no key with the token's `kid` (after a refetch, at most once a minute).
+        case unknownKey = "unknown_key"
+        /// The issuer's key set could not be fetched.
+        case keysUnavailable = "keys_unavailable"
+        case signature
+        case audience
+        case expired
+        case notYetValid = "not_yet_valid"
+        /// `exp`, or the provider's user claim, is missing or not of its type.
+        case missingClaim = "missing_claim"
+    }
+
+    public let check: Check
+    public let detail: String
+
+    public init(_ check: Check, _ detail: String) {
+        self.check = check
+        self.detail = detail
+    }
+
+    public var description: String { "IdentityTokenError(\(check.rawValue)): \(detail)" }
+}
+
+/// Checks identity tokens against the identity providers of the destinations file: the
+/// provider is chosen by the token's `iss` (read before the signature is checked, for that
+/// only); its key set is fetched from `jwksUri` through Parley's transport, kept, and fetched
+/// again when a token names a key it does not hold or the set is an hour old, at most once
+/// a minute per provider (concurrent callers wait for the same fetch). Only RS256, PS256 and
+/// ES256 are accepted, each only with a key of its own type; `iss`, `aud` (any of the
+/// provider's audiences), `exp` (required) and `nbf` are checked with a skew. The signature is
+/// checked with jwt-kit.
+///
+/// A verifier over one provider checks other JWTs as well, e.g. an OAuth2 `id_token` against a
+/// destination's `jwksUri` (`IdentityProvider(issuer:jwksURI:audiences: [clientId])`; the caller
+/// compares `claims["nonce"]`).
+public final class IdentityTokenVerifier: Sendable {
+    /// Tokens larger than this are refused before they are parsed.
+    public static let maxTokenBytes = 16 * 1024
+    /// The largest key set Parley reads.
+    public static let maxKeySetBytes = 256 * 1024
+    /// The algorithms Parley accepts; a key of another type never verifies them.
+    public static let algorithms: Set<String> = ["RS256", "PS256", "ES256"]
+
+    public let providers: [String: IdentityProvider]
+    let transport: any Transport
+    let clock: any WallClock
+    let skew: TimeInterval
+    let refetchInterval: TimeInterval
+    let maxKeySetAge: TimeInterval
+    let logger: Logger
+    private let state = Mutex<[String: ProviderKeys]>([:])
+
+    public init(
+        providers: [IdentityProvider], transport: any Transport, clock: any WallClock, skew: Duration = .seconds(60),
+        refetchInterval: Duration = .seconds(60), maxKeySetAge: Duration = .seconds(3600), logger: Logger
+    ) {
+        self.providers = Dictionary(providers.map { ($0.issuer, $0) }, uniquingKeysWith: { first, _ in first })
+        self.transport = transport
+        self.clock = clock
+        self.skew = Self.seconds(skew)
+        self.refetchInterval = Self.seconds(refetchInterval)
+        self.maxKeySetAge = Self.seconds(maxKeySetAge)
+        self.logger = logger
+    }
+
+    /// The verified identity the token carries, or the check it failed.
+    public func verify(_ token: String) async throws(IdentityTokenError) -> VerifiedIdentity {
+        guard token.utf8.count <= Self.maxTokenBytes else {
+            throw IdentityTokenError(.tooLarge, "the identity token is larger than \(Self.maxTokenBytes) bytes")
+        }
+        let parsed = try ParsedToken(token)
+        guard let algorithm = parsed.header["alg"]?.string, Self.algorithms.contains(algorithm) else {
+            throw IdentityTokenError(.algorithm, "the identity token's algorithm is not accepted (only RS256, PS256 and ES256 are)")
+        }
+        // Unverified, and only to choose whose keys check the signature.
+        guard let issuer = parsed.claims["iss"]?.string, let provider = providers[issuer] else {
+            throw IdentityTokenError(.unknownIssuer, "the identity token's issuer ('iss') is not one of the identity providers Parley trusts")
+        }
+        var kid: String?
+        if let value = parsed.header["kid"] {
+            guard let string = value.string else { throw IdentityTokenError(.malformed, "the identity token's 'kid' is not a string") }
+            kid = string
+        }
+        let key = try await key(of: provider, kid: kid, algorithm: algorithm)
+        let valid: Bool
+        do {
+            valid = try key.verify(parsed.signature, signs: parsed.signingInput)
+        } catch {
+            valid = false
+        }
+        guard valid else { throw IdentityTokenError(.signature, "the identity token's signature does not verify with the issuer's key") }
+        return try check(parsed.claims, provider: provider)
+    }
+
+    /// The claims of a token whose signature verified.
+    func check(_ claims: [String: ClaimValue], provider: IdentityProvider) throws(IdentityTokenError) -> VerifiedIdentity {
+        guard claims["iss"]?.string == provider.issuer else {
+            throw IdentityTokenError(.unknownIssuer, "the identity token's issuer ('iss') is not one of the identity providers Parley trusts")
+        }
+        let audiences: [String]
+        switch claims["aud"] {
+        case .string(let one)?: audiences = [one]
+        case .strings(let many)?: audiences = many
+        default: audiences = []
+        }
+        guard audiences.contains(where: provider.audiences.contains) else {
+            throw IdentityTokenError(.audience, "the identity token's audience ('aud') names none of the provider's audiences")
+        }
+        let now = clock.now.timeIntervalSince1970
+        guard case .number(let expiry)? = claims["exp"] else {
+            throw IdentityTokenError(.missingClaim, "the identity token has no numeric expiry ('exp')")
+        }
+        guard now <= expiry + skew else { throw IdentityTokenError(.expired, "the identity token has expired ('exp')") }
+        if let notBefore = claims["nbf"] {
+            guard case .number(let start) = notBefore else {
+                throw IdentityTokenError(.malformed, "the identity token's 'nbf' is not a number")
+            }
+            guard now + skew >= start else { throw IdentityTokenError(.notYetValid, "the identity token is not valid yet ('nbf')") }
+        }
+        guard let subject = claims[provider.userClaim]?.string, !subject.isEmpty else {
+            throw IdentityTokenError(.missingClaim, "the identity token has no string '\(provider.userClaim)' claim naming the user")
+        }
+        var strings: [String: String] = [:]
+        for (name, value) in claims { if let string = value.string { strings[name] = string } }
+        return VerifiedIdentity(issuer: provider.issuer, subject: subject, claims: strings)
+    }
+
+    // MARK: keys
+
+    /// The key that checks a token of `provider` naming `kid` with `algorithm`: from the kept
+    /// set, else from a fresh one when a fetch is allowed.
+    private func key(of provider: IdentityProvider, kid: String?, algorithm: String) async throws(IdentityTokenError) -> any JWTAlgorithm {
+        let now = clock.now
+        let kept = state.withLock { $0[provider.issuer]?.keys }
+        if let kept, now.timeIntervalSince(kept.fetchedAt) < maxKeySetAge {
+            switch kept.find(kid: kid, algorithm: algorithm) {
+            case .found(let key): return key
+            case .wrongAlgorithm: throw Self.wrongAlgorithm
+            case .absent: break
+            }
+        }
+        if let fetch = startFetchIfAllowed(provider, now: now) { await fetch.value }
+        guard let keys = state.withLock({ $0[provider.issuer]?.keys }) else {
+            throw IdentityTokenError(.keysUnavailable, "the issuer's keys could not be fetched from its jwksUri")
+        }
+        switch keys.find(kid: kid, algorithm: algorithm) {
+        case .found(let key): return key
+        case .wrongAlgorithm: throw Self.wrongAlgorithm
+        case .absent:
+            throw IdentityTokenError(
+                .unknownKey,
+                kid == nil
+                    ? "the identity token names no key ('kid') and the issuer publishes more or fewer than one key for its algorithm"
+                    : "the identity token's key ('kid') is not among the issuer's published keys")
+        }
+    }
+
+    private static let wrongAlgorithm = IdentityTokenError(.algorithm, "the key the identity token names is not for the token's algorithm")
+
+    /// The running fetch of the provider's keys, or a new one when the last began a minute ago
+    /// or more; nil when neither.
+    private func startFetchIfAllowed(_ provider: IdentityProvider, now: Date) -> Task<Void, Never>? {
+        state.withLock { states -> Task<Void, Never>? in
+            var entry = states[provider.issuer] ?? ProviderKeys()
+            if let running = entry.fetch { return running }
+            if let last = entry.lastAttempt, now.timeIntervalSince(last) < refetchInterval { return nil }
+            entry.lastAttempt = now
+            let task = Task { [self] in
+                let keys = await self.fetchKeys(provider)
+                state.withLock { states in
+                    if let keys { states[provider.issuer, default: ProviderKeys()].keys = keys }
+                    states[provider.issuer, default: ProviderKeys()].fetch = nil
+                }
+            }
+            entry.fetch = task
+            states[provider.issuer] = entry
+            return task
+        }
+    }
+
+    /// How many times the provider's keys were fetched (tests).
+    public func fetchAttempts(of issuer: String) -> Int { state.withLock { $0[issuer]?.attempts ?? 0 } }
+
+    private func fetchKeys(_ provider: IdentityProvider) async -> KeySet? {
+        state.withLock { $0[provider.issuer, default: ProviderKeys()].attempts += 1 }
+        let request = UpstreamRequest(
+            method: "GET", url: provider.jwksURI, headers: ["Accept": "application/jwk-set+json, application/json"],
+            timeouts: Timeouts(connect: .seconds(5), total: .seconds(15), idle: .seconds(10)))
+        let metadata: Logger.Metadata = ["identity.issuer": .string(provider.issuer)]
+        let bytes: [UInt8]
+        do {
+            let response = try await transport.send(request)
+            guard response.status == 200 else {
+                response.body.discard()
+                logger.warning("the identity provider's key set could not be fetched", metadata: metadata.merging(["http.status": "\(response.status)"]) { $1 })
+                return nil
+            }
+            bytes = try await response.body.collect(upTo: Self.maxKeySetBytes)
+        } catch {
+            let reason = (error as? TransportError)?.description ?? "transport failure"
+            logger.warning("the identity provider's key set could not be fetched", metadata: metadata.merging(["error": .string(reason)]) { $1 })
+            return nil
+        }
+        guard let keys = await KeySet.parse(bytes, fetchedAt: clock.now) else {
+            logger.warning("the identity provider's key set is not a JWK Set", metadata: metadata)
+            return nil
+        }
+        if keys.keys.isEmpty {
+            logger.warning("the identity provider's key set holds no RS256, PS256 or ES256 signing key", metadata: metadata)
+        }
+        return keys
+    }
+
+    private static func seconds(_ duration: Duration) -> TimeInterval {
+        let parts = duration.components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+}
+
+/// What is kept per provider: its last key set, when a fetch last began, the running fetch.
+private struct ProviderKeys {
+    var keys: KeySet?
+    var lastAttempt: Date?
+    var fetch: Task<Void, Never>?
+    var attempts = 0
+}
+
+/// The usable signing keys of one key set, each ready for the algorithms it may check.
+struct KeySet: Sendable {
+    struct Key: Sendable {
+        let kid: String?
+        let algorithms: [String: any JWTAlgorithm]
+    }
+
+    let keys: [Key]
+    let fetchedAt: Date
+
+    enum Lookup {
+        case found(any JWTAlgorithm)
+        /// The key exists but not for this algorithm (an RSA key named by an ES256 token).
+        case wrongAlgorithm
+        case absent
+    }
+
+    func find(kid: String?, algorithm: String) -> Lookup {
+        if let kid {
+            let named = keys.filter { $0.kid == kid }
+            if let key = named.lazy.compactMap({ $0.algorithms[algorithm] }).first { return .found(key) }
+            return named.isEmpty ? .absent : .wrongAlgorithm
+        }
+        let usable = keys.compactMap { $0.algorithms[algorithm] }
+        return usable.count == 1 ? .found(usable[0]) : .absent
+    }
+
+    /// A JWK Set (RFC 7517 §5): keys that are not signing keys of RSA or P-256, or that cannot
+    /// be read, are left out; private members are never read. Nil when the document is not a set.
+    static func parse(_ bytes: [UInt8], fetchedAt: Date) async -> KeySet? {
+        guard let document = try? JSONDecoder().decode(Document.self, from: Data(bytes)) else { return nil }
+        var keys: [Key] = []
+        for entry in document.keys {
+            guard entry.use == nil || entry.use == "sig" else { continue }
+            var prepared: [String: any JWTAlgorithm] = [:]
+            switch entry.kty {
+            case "RSA":
+                guard let n = entry.n, let e = entry.e else { continue }
+                for algorithm in ["RS256", "PS256"] where entry.alg == nil || entry.alg == algorithm {
+                    prepared[algorithm] = await prepare(
+                        .rsa(JWK.Algorithm(rawValue: algorithm), identifier: "k", modulus: n, exponent: e), algorithm: algorithm)
+                }
+            case "EC":
+                guard entry.crv == "P-256", let x = entry.x, let y = entry.y, entry.alg == nil || entry.alg == "ES256" else { continue }
+                prepared["ES256"] = await prepare(.ecdsa(.es256, identifier: "k", x: x, y: y, curve: .p256), algorithm: "ES256")
+            default: continue
+            }
+            if !prepared.isEmpty { keys.append(Key(kid: entry.kid, algorithms: prepared)) }
+        }
+        return KeySet(keys: keys, fetchedAt: fetchedAt)
+    }
+
+    /// jwt-kit's verifier for one public key and one algorithm; nil when jwt-kit cannot use it.
+    private static func prepare(_ jwk: JWK, algorithm: String) async -> (any JWTAlgorithm)? {
+        let collection = JWTKeyCollection()
+        guard (try? await collection.add(jwk: jwk)) != nil,
+            let key = try? await collection.getKey(for: "k", alg: algorithm), key.name == algorithm
+        else { return nil }
+        return key
+    }
+
+    struct Document: Decodable {
+        let keys: [Entry]
+    }
+
+    /// One member of `keys`, read leniently: a member of the wrong type counts as absent.
+    struct Entry: Decodable {
+        let kty: String?
+        let use: String?
+        let alg: String?
+        let kid: String?
+        let n: String?
+        let e: String?
+        let crv: String?
+        let x: String?
+        let y: String?
+
+        enum CodingKeys: String, CodingKey { case kty, use, alg, kid, n, e, crv, x, y }
+
+        init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            func text(_ key: CodingKeys) -> String? { (try? c.decodeIfPresent(String.self, forKey: key)) ?? nil }
+            kty = text(.kty)
+            use = text(.use)
+            alg = text(.alg)
+            kid = text(.kid)
+            n = text(.n)
+            e = text(.e)
+            crv = text(.crv)
+            x = text(.x)
+            y = text(.y)
+        }
+    }
+}
+
+/// A JSON value of a JWT header or claim set, as far as Parley reads it.
+enum ClaimValue: Decodable, Equatable {
+    case string(String)
+    case strings([String])
+    case number(Double)
+    case bool(Bool)
+    case other
+
+    var string: String? {
+        if case .string(let value) = self { return value }
+        return nil
+    }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() {
+            self = .other
+        } else if let value = try? c.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? c.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? c.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? c.decode([String].self) {
+            self = .strings(value)
+        } else {
+            self = .other
+        }
+    }
+}
+
+/// A compact JWS split and decoded, nothing checked but its shape.
+struct ParsedToken {
+    let header: [String: ClaimValue]
+    let claims: [String: ClaimValue]
+    let signingInput: [UInt8]
+    let signature: [UInt8]
+
+    init(_ token: String) throws(IdentityTokenError) {
+        let malformed = IdentityTokenError(
+            .malformed, "the identity token is not a compact JWS (three base64url parts: a JSON header, JSON claims, a signature)")
+        let bytes = Array(token.utf8)
+        let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        // An empty signature (`alg: none`) is read, so that the algorithm check names it.
+        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty, parts.allSatisfy({ $0.allSatisfy(Self.isBase64URL) }) else {
+            throw malformed
+        }
+        guard let headerBytes = Base64.decode(String(decoding: parts[0], as: UTF8.self)),
+            let claimBytes = Base64.decode(String(decoding: parts[1], as: UTF8.self)),
+            let signature = Base64.decode(String(decoding: parts[2], as: UTF8.self)),
+            let header = try? JSONDecoder().decode([String: ClaimValue].self, from: Data(headerBytes)),
+            let claims = try? JSONDecoder().decode([String: ClaimValue].self, from: Data(claimBytes))
+        else { throw malformed }
+        // RFC 7515 §4.1.11: an extension Parley does not understand must not be ignored.
+        guard header["crit"] == nil else {
+            throw IdentityTokenError(.malformed, "the identity token's header lists critical extensions ('crit') Parley does not support")
+        }
+        self.header = header
+        self.claims = claims
+        self.signature = signature
+        signingInput = Array(bytes[..<(parts[0].count + 1 + parts[1].count)])
+    }
+
+    private static func isBase64URL(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default: false
+        }
+    }
+}
