@@ -164,6 +164,44 @@ import Testing
         }
     }
 
+    /// Failures count against the registration that made them and against what was tried from
+    /// where, never against the `userHint` a client chose: mallory's registration, naming
+    /// itself "alice", cannot lock alice's own registration out.
+    @Test func failedSignInsUnderSomebodyElsesHintLockOnlyTheirOwnRegistration() async throws {
+        try await Self.withRouter(clock: TestClock()) { client in
+            func registration(hint: String) async throws -> (id: String, k: String) {
+                let body = try RouterTests.body(["destination": "form", "userHint": hint])
+                let token = RouterTests.json(try await client.execute(uri: "/v1/registrations", method: .post, body: body).body)["clientToken"]
+                let flow = try await client.execute(
+                    uri: "/v1/proxy/api", method: .get, headers: [.authorization: "Bearer \(token as? String ?? "")"]
+                ) { RouterTests.json($0.body)["flow"] as? [String: Any] ?? [:] }
+                return (flow["id"] as? String ?? "", (flow["url"] as? String)?.split(separator: "k=").last.map(String.init) ?? "")
+            }
+            func submit(_ flow: (id: String, k: String), _ username: String, _ password: String) async throws -> TestResponse {
+                try await client.execute(
+                    uri: "/flows/\(flow.id)/credentials", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                    body: ByteBuffer(string: "k=\(flow.k)&username=\(username)&password=\(password)"))
+            }
+            let mallory = try await registration(hint: "alice")
+            #expect(try await submit(mallory, "mallory", "guess1").status == .ok)
+            #expect(try await submit(mallory, "mallory", "guess2").status == .ok)
+            let limited = try await submit(mallory, "mallory", "guess3")
+            #expect(limited.status == .tooManyRequests)
+            #expect(String(buffer: limited.body).contains("data-parley-error=\"rate_limited\""))
+            let alice = try await registration(hint: "alice")
+            #expect(try await submit(alice, "alice", "wonderland").status == .seeOther)
+        }
+    }
+
+    @Test func loginAttemptsAreKeyedOnWhatWasTriedAndWhere() {
+        let registration = UUID()
+        #expect(LoginAttempt(registration: registration).keys == ["r:" + registration.uuidString])
+        #expect(
+            LoginAttempt(registration: registration, tried: "Alice", client: "192.0.2.9").keys
+                == ["r:" + registration.uuidString, "u:alice|192.0.2.9"])
+        #expect(LoginAttempt(registration: registration, tried: "alice", client: nil).keys.count == 1)
+    }
+
     @Test func forwardedForCountsOnlyFromTrustedProxies() {
         let limits = RateLimits(
             settings: RateLimitSettings(trustedProxies: ["10.0.0.5", "10.0.0.6"]), clock: TestClock(), metrics: Metrics())

@@ -50,7 +50,7 @@ struct ProxyAdmission: RouterMiddleware {
         guard let registration = context.registration, registration.status != .pendingApproval else { return try await next(request, context) }
         try limits.check(limits.proxy, registration.idString, kind: "proxy")
         if let destination = try? conversations.destination(of: registration), destination.checksHeldCredentials(registration) {
-            try limits.checkLoginAllowed(registration: registration.id, userHint: registration.userHint)
+            try limits.checkLoginAllowed(LoginAttempt(registration: registration.id))
         }
         var context = context
         do { context.inFlight = try inFlight.admit(registration.id) } catch {

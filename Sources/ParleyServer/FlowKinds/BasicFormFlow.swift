@@ -83,15 +83,25 @@ struct BasicFormFlow: FlowKindHandler {
             return form(flow, secret: secret, destination: destination, error: "Enter a user name (without ':') and a password.")
         }
 
-        try limits.checkLoginAllowed(registration: registration.id, userHint: registration.userHint)
+        // Who signs in here is the username the upstream accepts. A registration that has a
+        // user takes no other: a sign-in as somebody else ends the flow before anything is sent.
+        let signedIn = SignedInIdentity(issuer: destination.baseURL, subject: username)
+        if let user = registration.user, !user.matches(username) {
+            _ = try await flows.admit(flow, signedIn: signedIn, logger: logger)
+            return flows.done(flow)
+        }
+        let attempt = LoginAttempt(registration: registration.id, tried: username, client: input.client)
+        try limits.checkLoginAllowed(attempt)
         let credentials = UserCredentials(username: username, password: password)
-        if try await accepted(credentials, registration: registration, destination: destination, url: flow.challengeURL) {
+        if try await accepted(credentials, registration: registration, destination: destination, flow: flow) {
+            // A first sign-in binds the registration to this user (unless another flow just did).
+            guard try await flows.admit(flow, signedIn: signedIn, logger: logger) else { return flows.done(flow) }
             try await registrations.setCredentials(id: registration.id, sealed: try secrets.seal(credentials: credentials, id: registration.id))
             await invalidation.changed(registration.id)  // no cached registration or manager without them
             try await flows.finish(flow, status: .completed, error: nil, logger: logger)
             return flows.done(flow)
         }
-        limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
+        limits.recordFailedLogin(attempt)
         var attempts = 0
         _ = try await state.update(flow) { current in
             attempts = (current?.failedAttempts ?? 0) + 1
@@ -105,14 +115,18 @@ struct BasicFormFlow: FlowKindHandler {
         return form(flow, secret: secret, destination: destination, error: "The user name or password was not accepted. Try again.")
     }
 
-    /// Tries the credentials where the challenge was met (the destination URL otherwise).
+    /// Tries the credentials where the challenge was met (the destination URL otherwise). What
+    /// the upstream sets is staged with the flow until it completes as the registration's user.
     private func accepted(
-        _ credentials: UserCredentials, registration: RegistrationRecord, destination: Destination, url: String?
+        _ credentials: UserCredentials, registration: RegistrationRecord, destination: Destination, flow: FlowRecord
     ) async throws -> Bool {
         var material = try secrets.material(of: registration)
         material.credentials = credentials
-        let manager = conversations.configurator.makeManager(for: destination, registration: material, audience: .browser(nil))
-        guard case .response(let response) = try await manager.execute(UpstreamRequest(method: "GET", url: url ?? destination.baseURL + "/"))
+        let manager = conversations.configurator.makeManager(
+            for: destination, registration: material, audience: .browser(nil),
+            cookieJar: StagedCookieJar(staging: conversations.staging, flowID: flow.id, registrationID: registration.idString))
+        let url = flow.challengeURL ?? destination.baseURL + "/"
+        guard case .response(let response) = try await manager.execute(UpstreamRequest(method: "GET", url: url))
         else { return false }
         response.body.discard()
         return response.status != 401

@@ -21,6 +21,10 @@ enum AuditAction: String, Sendable, CaseIterable {
     case flowCompleted = "flow.completed"
     case flowFailed = "flow.failed"
     case flowExpired = "flow.expired"
+    /// A flow signed in as somebody other than its registration's user (the issuers only).
+    case flowIdentityMismatch = "flow.identity_mismatch"
+    /// A registration without a user got one: the first sign-in a flow completed.
+    case registrationUserBound = "registration.user_bound"
 
     case tokenIssued = "token.issued"
     case tokenRefreshed = "token.refreshed"

@@ -22,7 +22,7 @@ struct ConversationAccounting: ConversationObserver {
             conversation[Started.self] = .now
         case .finished(let status?):
             if status == 401 && destination.basic != nil && destination.checksHeldCredentials(registration) {
-                limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
+                limits.recordFailedLogin(LoginAttempt(registration: registration.id))
             }
             metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(status))])
             if let started = conversation[Started.self] { metrics.observeUpstream(destination: destination.name, duration: .now - started) }
@@ -30,7 +30,7 @@ struct ConversationAccounting: ConversationObserver {
             // A problem a filter raised on purpose (interaction, refusal) is an answer, not an upstream error.
             if error is Problem { return }
             if let refused = error as? OAuth2Error, refused.code == .refused {
-                limits.recordFailedLogin(registration: registration.id, userHint: registration.userHint)
+                limits.recordFailedLogin(LoginAttempt(registration: registration.id))
             }
             metrics.increment(.upstreamErrors, [("destination", destination.name), ("kind", Problem.from(error).code.rawValue)])
         default:

@@ -29,7 +29,22 @@ struct FlowService: Sendable {
     let completions: [FlowPurpose: any FlowCompletion]
     /// Where a hosted flow's cookies wait for its completion.
     let staging: CookieStaging
+    /// Whether a flow's sign-in is the registration's user.
+    let binding: IdentityBinding
     var metrics: Metrics?
+
+    /// A kind learned who signed in: the flow may go on when it is the registration's user (or
+    /// binds a registration that had none); otherwise it ends failed with `identity_mismatch`
+    /// and nothing it produced reaches the registration. True when the flow may complete.
+    func admit(_ flow: FlowRecord, signedIn: SignedInIdentity, logger: Logger) async throws -> Bool {
+        switch try await binding.judge(flow, signedIn: signedIn, logger: logger) {
+        case .admitted:
+            return true
+        case .mismatch:
+            try await finish(flow, status: .failed, error: IdentityBinding.mismatch, logger: logger)
+            return false
+        }
+    }
 
     /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
     func create(

@@ -143,10 +143,9 @@ struct RateLimits: Sendable, TokenCallGate {
         return wait
     }
 
-    /// Before a Basic or password check: refused while either key has failed too often.
-    func checkLoginAllowed(registration: UUID, userHint: String?) throws(Problem) {
-        let keys = ["r:" + registration.uuidString] + (userHint.map { ["u:" + $0] } ?? [])
-        for key in keys {
+    /// Before a Basic or password check: refused while any of the attempt's keys has failed too often.
+    func checkLoginAllowed(_ attempt: LoginAttempt) throws(Problem) {
+        for key in attempt.keys {
             if let wait = failedLogins.exhausted(key) {
                 metrics.increment(.rateLimited, [("limit", "failed_logins")])
                 throw Problem.rateLimited(retryAfter: wait, detail: "too many failed sign-ins; try again after Retry-After seconds")
@@ -154,8 +153,23 @@ struct RateLimits: Sendable, TokenCallGate {
         }
     }
 
-    func recordFailedLogin(registration: UUID, userHint: String?) {
-        _ = failedLogins.take("r:" + registration.uuidString)
-        if let userHint { _ = failedLogins.take("u:" + userHint) }
+    func recordFailedLogin(_ attempt: LoginAttempt) {
+        for key in attempt.keys { _ = failedLogins.take(key) }
+    }
+}
+
+/// What a failed sign-in is counted against: the registration that tried, and, where known,
+/// what was really tried (the upstream username, or the verified user) from which client
+/// address. Never the `userHint` a client chose: a victim's registrations cannot be locked out
+/// by somebody else's failures under their name.
+struct LoginAttempt: Sendable, Equatable {
+    let registration: UUID
+    var tried: String?
+    var client: String?
+
+    var keys: [String] {
+        var keys = ["r:" + registration.uuidString]
+        if let tried, let client { keys.append("u:" + tried.lowercased() + "|" + client) }
+        return keys
     }
 }

@@ -1,0 +1,63 @@
+import AuthFlows
+import Foundation
+import Logging
+
+/// Who a flow's sign-in was, as whoever vouched for it says: the authorization server's
+/// `id_token` (or userinfo) `sub`, the SAML assertion's `NameID` under its `Issuer`, the
+/// username the upstream accepted for Basic. An OTP step yields none (the first factor's stands).
+struct SignedInIdentity: Sendable, Equatable, Codable {
+    /// Who vouched: the AS's or IdP's issuer; for Basic, the destination's URL.
+    let issuer: String
+    let subject: String
+}
+
+/// The binding of flows to the registration's user. A registration's user is set once: by a
+/// verified identity token, else by the first sign-in a flow completes. Every later sign-in
+/// must be that user (compared case-insensitively with the value the user was bound by);
+/// otherwise the flow fails with `identity_mismatch`, and nothing it produced reaches the
+/// registration (its staged cookies go with it; the kinds store tokens and credentials only
+/// after `admit` said yes).
+struct IdentityBinding: Sendable {
+    static let mismatch = "identity_mismatch"
+
+    let registrations: any RegistrationRepository
+    let audit: AuditLog
+    let invalidation: @Sendable (UUID) async -> Void
+
+    enum Verdict: Sendable, Equatable {
+        /// The sign-in is the registration's user (or has just become it).
+        case admitted
+        /// Somebody else signed in: the flow must fail, and keep nothing.
+        case mismatch(expectedIssuer: String)
+    }
+
+    /// Judges a flow's sign-in against its registration's user, binding a registration that
+    /// has none yet.
+    func judge(_ flow: FlowRecord, signedIn: SignedInIdentity, logger: Logger) async throws -> Verdict {
+        for _ in 0..<2 {
+            guard let registration = try await registrations.find(id: flow.registrationID) else {
+                return .mismatch(expectedIssuer: "")
+            }
+            if let user = registration.user {
+                if user.matches(signedIn.subject) { return .admitted }
+                await audit.record(
+                    .flowIdentityMismatch, actor: .system, registrationID: registration.id, destination: registration.destination,
+                    detail: ["flow": flow.idString, "kind": flow.kind.rawValue, "expectedIssuer": user.issuer, "signedInIssuer": signedIn.issuer])
+                logger.warning(
+                    "a flow signed in as somebody other than its registration's user; nothing of it is kept",
+                    metadata: ["flow.id": .string(flow.idString), "flow.kind": .string(flow.kind.rawValue)])
+                return .mismatch(expectedIssuer: user.issuer)
+            }
+            let user = RegistrationUser(issuer: signedIn.issuer, subject: signedIn.subject, verified: false, match: signedIn.subject)
+            if try await registrations.setUser(id: registration.id, user: user) {
+                await audit.record(
+                    .registrationUserBound, actor: .system, registrationID: registration.id, destination: registration.destination,
+                    detail: ["flow": flow.idString, "issuer": signedIn.issuer])
+                await invalidation(registration.id)
+                return .admitted
+            }
+            // Another flow bound it first: judge against that user.
+        }
+        return .mismatch(expectedIssuer: "")
+    }
+}
