@@ -44,6 +44,7 @@ let package = Package(
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CPSL", pkgConfig: "libpsl", providers: [.apt(["libpsl-dev"])]),
+        .systemLibrary(name: "CXMLSec", pkgConfig: "xmlsec1-openssl", providers: [.apt(["libxmlsec1-dev"])]),
 
         // Pure codecs (hex, base64, percent/form): no C, no Foundation.
         .target(name: "ParleyEncoding", swiftSettings: swiftSettings),
@@ -78,6 +79,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Who signed in through SAML2: the SAMLResponse's signed NameID (libxml2 + xmlsec behind CXMLSec).
+        .target(name: "SAMLIdentity", dependencies: ["CXMLSec", "ParleyEncoding"], swiftSettings: swiftSettings),
         .target(
             name: "ParleyServer",
             dependencies: [
@@ -138,6 +141,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
+        .testTarget(name: "SAMLIdentityTests", dependencies: ["SAMLIdentity", "ParleyEncoding"], swiftSettings: swiftSettings),
         .testTarget(name: "ParleyCryptoTests", dependencies: ["ParleyCrypto", "ParleyEncoding"], swiftSettings: swiftSettings),
         .testTarget(
             name: "ConversationTests",

@@ -3,7 +3,7 @@
 # only missing packages are installed. Needs root (or sudo) when something is missing.
 set -euo pipefail
 
-want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev pkg-config curl openssl ca-certificates postgresql)
+want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev libxmlsec1-dev pkg-config curl openssl ca-certificates postgresql)
 if [ "${1:-}" = "--test" ]; then
   want+=(chromium chromium-driver nginx-light wrk)
   # The real SAML2 identity provider and service provider of the hosted-flow tests
