@@ -35,6 +35,14 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
 
+    public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {
+        rows.withLock { rows in
+            guard rows[id] != nil, rows[id]?.record.user == nil else { return false }
+            rows[id]?.record.user = user
+            return true
+        }
+    }
+
     @discardableResult
     public func delete(id: UUID) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
 }

@@ -24,6 +24,7 @@ import Testing
             "id": .string(r.idString), "destination": .string(r.destination), "status": .string(r.status.rawValue),
             "appcid": .optional(appcid), "deviceType": .optional(r.deviceType), "deviceModel": .optional(r.deviceModel),
             "userHint": .optional(r.userHint), "createdAt": .string(RFC3339.format(r.createdAt)), "flow": flow ?? .null,
+            "user": r.user.map { .object(["issuer": .string($0.issuer), "subject": .string($0.subject), "verified": .bool($0.verified)]) } ?? .null,
         ]
         if let clientToken { object["clientToken"] = .string(clientToken) }
         return .object(object)
@@ -51,7 +52,19 @@ import Testing
         #expect(text.contains(#""createdAt":"2026-11-26T10:00:00Z""#))
         #expect(text.contains(#""appcid":null"#) && text.contains(#""deviceModel":null"#) && text.contains(#""flow":null"#))
         #expect(text.contains(#""userHint":"a\u003cb""#))
+        #expect(text.contains(#""user":null"#))
         #expect(!text.contains("clientToken"))
+
+        // A user: issuer, subject and verified; the value sign-ins are compared with stays inside.
+        var withUser = Self.record(hint: nil)
+        withUser.user = RegistrationUser(issuer: "https://idp.example", subject: "Alice", verified: true, match: "Alice@Example.com")
+        #expect(
+            try Self.bytes(RegistrationView(withUser, appcid: nil, flow: nil))
+                == String(decoding: Self.handBuilt(withUser, appcid: nil, flow: nil, clientToken: nil).encoded(), as: UTF8.self))
+        let userText = try Self.bytes(RegistrationView(withUser, appcid: nil, flow: nil))
+        #expect(userText.contains(#""user":{"issuer":"https://idp.example","subject":"Alice","verified":true}"#))
+        #expect(!userText.contains("alice@example.com") && !userText.contains("match"))
+        #expect(withUser.user?.match == "alice@example.com" && withUser.user?.matches("ALICE@example.COM") == true)
     }
 
     @Test func adminAnswers() throws {

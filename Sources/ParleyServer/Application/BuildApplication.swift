@@ -129,7 +129,9 @@ func compose(
     flows.metrics = metrics
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
-        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock)
+        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock,
+        identityTokens: IdentityTokenVerifier(
+            providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger))
     let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
     let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     let environment = FlowKindEnvironment(

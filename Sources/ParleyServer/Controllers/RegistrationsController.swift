@@ -52,6 +52,8 @@ struct RegistrationView: Encodable, Sendable {
     @Nullable var deviceType: String?
     @Nullable var deviceModel: String?
     @Nullable var userHint: String?
+    /// Whose credentials these are, or `null` until a verified token or a first sign-in says.
+    @Nullable var user: UserView?
     let createdAt: Date
     /// The flow a `login_required` registration waits on.
     @Nullable var flow: FlowView?
@@ -65,8 +67,22 @@ struct RegistrationView: Encodable, Sendable {
         deviceType = record.deviceType
         deviceModel = record.deviceModel
         userHint = record.userHint
+        user = record.user.map(UserView.init)
         createdAt = record.createdAt
         self.flow = flow
         self.clientToken = clientToken
+    }
+
+    /// `{"issuer","subject","verified"}`: the value compared with sign-ins stays inside.
+    struct UserView: Encodable, Sendable {
+        let issuer: String
+        let subject: String
+        let verified: Bool
+
+        init(_ user: RegistrationUser) {
+            issuer = user.issuer
+            subject = user.subject
+            verified = user.verified
+        }
     }
 }

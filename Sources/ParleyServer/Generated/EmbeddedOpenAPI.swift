@@ -180,7 +180,7 @@ public enum EmbeddedOpenAPI {
                 ],
                 "operationId": "createRegistration",
                 "summary": "Register for a destination",
-                "description": "Creates a registration (device + app + user) for a destination. Needs no token. With an `smp` block, Parley then registers upstream through the registration's own conversation manager: when that needs a person to sign in, the answer is still `201`, with `status: login_required` and a `flow`. When the upstream refuses or cannot be reached, nothing is kept. A destination with `registration.policy: enrolment` needs the `Parley-Enrolment` header; one with `policy: approval` answers `status: pending_approval` and does nothing upstream until an administrator approves.",
+                "description": "Creates a registration (device + app + user) for a destination. Needs no token. With an `smp` block, Parley then registers upstream through the registration's own conversation manager: when that needs a person to sign in, the answer is still `201`, with `status: login_required` and a `flow`. When the upstream refuses or cannot be reached, nothing is kept. A destination with `registration.policy: enrolment` needs the `Parley-Enrolment` header; one with `policy: approval` answers `status: pending_approval` and does nothing upstream until an administrator approves. With `identityToken` the registration's `user` is the verified user the token names.",
                 "security": [],
                 "parameters": [
                   {
@@ -222,8 +222,37 @@ public enum EmbeddedOpenAPI {
                   "400": {
                     "$ref": "#/components/responses/BadRequest"
                   },
+                  "401": {
+                    "description": "`invalid_identity_token`: the `identityToken` is not valid: too large, not a JWS, an algorithm other than RS256/PS256/ES256 (`none` and HMAC included), an issuer that is not listed, a key the issuer does not publish, a bad signature, a wrong audience, expired or not yet valid, or without the claim the destination matches on. `detail` says which; it never echoes the token. Nothing is created.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/problem+json": {
+                        "schema": {
+                          "allOf": [
+                            {
+                              "$ref": "#/components/schemas/Problem"
+                            },
+                            {
+                              "properties": {
+                                "status": {
+                                  "const": 401
+                                },
+                                "code": {
+                                  "const": "invalid_identity_token"
+                                }
+                              }
+                            }
+                          ]
+                        }
+                      }
+                    }
+                  },
                   "403": {
-                    "description": "`forbidden`: the destination's registration policy refused it (a missing or wrong `Parley-Enrolment`). `upstream_unauthorized`: the upstream refused the registration's credentials (nothing is kept).",
+                    "description": "`forbidden`: the destination's registration policy refused it (a missing or wrong `Parley-Enrolment`), or the destination registers verified users only (`registration.identity: required`) and no `identityToken` came. `upstream_unauthorized`: the upstream refused the registration's credentials (nothing is kept).",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
@@ -3591,6 +3620,7 @@ public enum EmbeddedOpenAPI {
                   "invalid_request",
                   "invalid_client_token",
                   "invalid_admin_token",
+                  "invalid_identity_token",
                   "forbidden",
                   "not_found",
                   "interaction_required",
@@ -3742,6 +3772,7 @@ public enum EmbeddedOpenAPI {
                   "deviceType",
                   "deviceModel",
                   "userHint",
+                  "user",
                   "createdAt",
                   "flow"
                 ],
@@ -3786,6 +3817,17 @@ public enum EmbeddedOpenAPI {
                     ],
                     "description": "As given at registration."
                   },
+                  "user": {
+                    "anyOf": [
+                      {
+                        "$ref": "#/components/schemas/RegistrationUser"
+                      },
+                      {
+                        "type": "null"
+                      }
+                    ],
+                    "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
+                  },
                   "createdAt": {
                     "type": "string",
                     "format": "date-time",
@@ -3829,6 +3871,11 @@ public enum EmbeddedOpenAPI {
                     "deviceType": "Android",
                     "deviceModel": "Pixel 8",
                     "userHint": "alice",
+                    "user": {
+                      "issuer": "https://login.example.com/tenant",
+                      "subject": "248289761001",
+                      "verified": true
+                    },
                     "createdAt": "2025-05-01T09:30:00Z",
                     "flow": null
                   }
@@ -3845,6 +3892,7 @@ public enum EmbeddedOpenAPI {
                   "deviceType",
                   "deviceModel",
                   "userHint",
+                  "user",
                   "createdAt",
                   "flow",
                   "clientToken"
@@ -3889,6 +3937,17 @@ public enum EmbeddedOpenAPI {
                       "null"
                     ],
                     "description": "As given at registration."
+                  },
+                  "user": {
+                    "anyOf": [
+                      {
+                        "$ref": "#/components/schemas/RegistrationUser"
+                      },
+                      {
+                        "type": "null"
+                      }
+                    ],
+                    "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
                   },
                   "createdAt": {
                     "type": "string",
@@ -3938,6 +3997,11 @@ public enum EmbeddedOpenAPI {
                     "deviceType": "Android",
                     "deviceModel": "Pixel 8",
                     "userHint": "alice",
+                    "user": {
+                      "issuer": "https://login.example.com/tenant",
+                      "subject": "248289761001",
+                      "verified": true
+                    },
                     "createdAt": "2025-05-01T09:30:00Z",
                     "flow": null,
                     "clientToken": "pct_Qm9vb3RzQm9vb3RzQm9vb3Rz"
@@ -3955,6 +4019,7 @@ public enum EmbeddedOpenAPI {
                   "deviceType",
                   "deviceModel",
                   "userHint",
+                  "user",
                   "createdAt",
                   "flow",
                   "tokens"
@@ -3996,6 +4061,17 @@ public enum EmbeddedOpenAPI {
                       "null"
                     ],
                     "description": "As given at registration."
+                  },
+                  "user": {
+                    "anyOf": [
+                      {
+                        "$ref": "#/components/schemas/RegistrationUser"
+                      },
+                      {
+                        "type": "null"
+                      }
+                    ],
+                    "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
                   },
                   "createdAt": {
                     "type": "string",
@@ -4046,6 +4122,11 @@ public enum EmbeddedOpenAPI {
                     "deviceType": "Android",
                     "deviceModel": "Pixel 8",
                     "userHint": "alice",
+                    "user": {
+                      "issuer": "https://login.example.com/tenant",
+                      "subject": "248289761001",
+                      "verified": true
+                    },
                     "createdAt": "2025-05-01T09:30:00Z",
                     "flow": null,
                     "tokens": [
@@ -4308,6 +4389,13 @@ public enum EmbeddedOpenAPI {
                         "description": "Its password."
                       }
                     }
+                  },
+                  "identityToken": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "An identity token (a JWT: an OIDC ID token or an RFC 9068 access token) from an issuer listed in the destinations file's `identityProviders`, naming the registration's user. Parley checks its signature against the issuer's published keys (RS256, PS256 or ES256 only), `iss`, `aud` (one of the provider's `audiences`), `exp` and `nbf` (60 s of clock skew); it must carry the destination's `identity.match` claim as a string, and may be at most 16 KiB. Any failure is `401 invalid_identity_token` with a `detail` naming the check, and nothing is created. Required by a destination with `registration.identity: required` (else `403 forbidden`). `null` is the same as absent."
                   }
                 }
               },
@@ -4489,6 +4577,37 @@ public enum EmbeddedOpenAPI {
               "HtmlPage": {
                 "type": "string",
                 "description": "One of Parley's HTML pages, without scripts. Sent with `Cache-Control: no-store`, `Content-Security-Policy: default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`, `X-Frame-Options: DENY`, `Referrer-Policy: no-referrer` and `X-Content-Type-Options: nosniff`. A failure page carries `data-parley-error=\"<code>\"` on `<body>`."
+              },
+              "RegistrationUser": {
+                "type": "object",
+                "description": "Whose credentials the registration holds. Set once and never changed: by a verified identity token (`identityToken` at registration, `verified: true`), else by the sign-in of the registration's first completed flow (`verified: false`).",
+                "required": [
+                  "issuer",
+                  "subject",
+                  "verified"
+                ],
+                "properties": {
+                  "issuer": {
+                    "type": "string",
+                    "description": "Who vouched for the user: the identity token's `iss` (one of the destinations file's `identityProviders`), or for a first sign-in the authorization server, SAML identity provider or destination it happened at."
+                  },
+                  "subject": {
+                    "type": "string",
+                    "description": "The user at that issuer: the identity provider's `userClaim` (default `sub`) of the token, or the signed-in identity."
+                  },
+                  "verified": {
+                    "type": "boolean",
+                    "description": "`true` when Parley checked an identity token naming the user."
+                  }
+                },
+                "additionalProperties": false,
+                "examples": [
+                  {
+                    "issuer": "https://login.example.com/tenant",
+                    "subject": "248289761001",
+                    "verified": true
+                  }
+                ]
               }
             },
             "responses": {

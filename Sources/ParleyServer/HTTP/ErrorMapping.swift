@@ -22,6 +22,9 @@ extension Problem {
             return mapping(error)
         case let error as SMPRegistrationError:
             return mapping(error)
+        case let error as IdentityTokenError:
+            // `detail` names the failed check, never the token.
+            return Problem(.unauthorized, .invalidIdentityToken, error.detail)
         case let error as TransportError:
             switch error.code {
             case .timeout: return Problem(.gatewayTimeout, .upstreamTimeout, "the upstream did not answer in time")
@@ -82,6 +85,8 @@ extension Problem {
         case .certificateUnusable(let reason): .invalid("clientCertificate.pkcs12 \(reason)")
         case .enrolmentSecretRefused:
             Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
+        case .identityTokenRequired:
+            Problem(.forbidden, .forbidden, "this destination registers verified users only: send an identityToken")
         case .notPendingApproval: .invalid("the registration is not waiting for approval")
         case .notFound: .notFound("no such registration")
         }

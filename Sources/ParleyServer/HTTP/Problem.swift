@@ -8,6 +8,7 @@ public struct Problem: HTTPResponseError, Sendable {
         case invalidRequest = "invalid_request"
         case invalidClientToken = "invalid_client_token"
         case invalidAdminToken = "invalid_admin_token"
+        case invalidIdentityToken = "invalid_identity_token"
         case forbidden
         case notFound = "not_found"
         case interactionRequired = "interaction_required"
@@ -61,6 +62,7 @@ public struct Problem: HTTPResponseError, Sendable {
         case .invalidRequest: "Invalid request"
         case .invalidClientToken: "Invalid client token"
         case .invalidAdminToken: "Invalid admin token"
+        case .invalidIdentityToken: "Invalid identity token"
         case .forbidden: "Forbidden"
         case .notFound: "Not found"
         case .interactionRequired: "Interaction required"

@@ -22,6 +22,33 @@ public enum FlowPurpose: String, Sendable, CaseIterable {
     case smpRegistration = "smp_registration"
 }
 
+/// Whose credentials a registration holds: set once, by a verified identity token when the
+/// registration is created (`verified`), else by the sign-in of its first completed flow.
+public struct RegistrationUser: Sendable, Equatable {
+    /// The identity provider (`iss` of the identity token; for a first sign-in, whoever vouched
+    /// for it: the authorization server, the SAML IdP, the destination for Basic).
+    public var issuer: String
+    public var subject: String
+    /// True when an identity token Parley checked named the user.
+    public var verified: Bool
+    /// The value later sign-ins are compared with, normalised by `RegistrationUser.normalized`:
+    /// the destination's `identity.match` claim of the identity token, or the first sign-in's identity.
+    public var match: String
+
+    public init(issuer: String, subject: String, verified: Bool, match: String) {
+        self.issuer = issuer
+        self.subject = subject
+        self.verified = verified
+        self.match = RegistrationUser.normalized(match)
+    }
+
+    /// How a signed-in identity and `match` are made comparable: case-insensitively (lower-cased).
+    public static func normalized(_ value: String) -> String { value.lowercased() }
+
+    /// Whether a signed-in identity is this user.
+    public func matches(_ signedIn: String) -> Bool { Self.normalized(signedIn) == match }
+}
+
 /// A registration as stored, secrets still sealed.
 public struct RegistrationRecord: Sendable, Equatable {
     public var id: UUID { didSet { idString = id.uuidString.lowercased() } }
@@ -35,6 +62,8 @@ public struct RegistrationRecord: Sendable, Equatable {
     public var credentialsSealed: [UInt8]?
     public var clientCertificateSealed: [UInt8]?
     public var createdAt: Date
+    /// Whose credentials these are; nil until a verified token or a first sign-in sets it.
+    public var user: RegistrationUser?
 
     /// The id as text, made once (logs and seal bindings use it on every request).
     public private(set) var idString: String
@@ -42,7 +71,7 @@ public struct RegistrationRecord: Sendable, Equatable {
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
         deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
-        createdAt: Date
+        createdAt: Date, user: RegistrationUser? = nil
     ) {
         self.id = id
         self.idString = id.uuidString.lowercased()
@@ -56,6 +85,7 @@ public struct RegistrationRecord: Sendable, Equatable {
         self.credentialsSealed = credentialsSealed
         self.clientCertificateSealed = clientCertificateSealed
         self.createdAt = createdAt
+        self.user = user
     }
 }
 

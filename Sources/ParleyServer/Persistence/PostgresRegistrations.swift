@@ -11,7 +11,19 @@ extension RegistrationRecord {
             deviceType: try row.optionalString("device_type"), deviceModel: try row.optionalString("device_model"),
             userHint: try row.optionalString("user_hint"), returnUrl: try row.optionalString("return_url"),
             credentialsSealed: try row.optionalBytes("credentials_sealed"),
-            clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"))
+            clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"),
+            user: try RegistrationUser(row: row))
+    }
+}
+
+extension RegistrationUser {
+    /// The `user_*` columns; nil when they are NULL (a CHECK keeps them all or none).
+    init?(row: Row) throws {
+        guard let issuer = try row.optionalString("user_issuer"), let subject = try row.optionalString("user_subject") else { return nil }
+        guard let verified = try row.optionalBool("user_verified"), let match = try row.optionalString("user_match") else {
+            throw StoreError.decoding("the user columns of a registration are incomplete")
+        }
+        self.init(issuer: issuer, subject: subject, verified: verified, match: match)
     }
 }
 
@@ -30,17 +42,20 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     public init(store: PostgresStore) { self.store = store }
 
-    static let columns: SQL =
-        "id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, client_certificate_sealed, created_at"
+    static let columns: SQL = """
+        id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, \
+        client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match
+        """
 
     public func insert(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
         try await store.execute(
             """
             INSERT INTO registrations (id, destination, client_token_hash, status, device_type, device_model, user_hint,
-                return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at)
+                return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at,
+                user_issuer, user_subject, user_verified, user_match)
             VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.deviceType), \(r.deviceModel),
                 \(r.userHint), \(r.returnUrl), \(r.credentialsSealed), \(r.clientCertificateSealed), \(r.appcidSealed),
-                \(r.createdAt), \(r.createdAt))
+                \(r.createdAt), \(r.createdAt), \(r.user?.issuer), \(r.user?.subject), \(r.user?.verified), \(r.user?.match))
             """)
     }
 
@@ -69,6 +84,15 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
         try await store.execute("UPDATE registrations SET credentials_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
+    }
+
+    public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {
+        try await store.execute(
+            """
+            UPDATE registrations SET user_issuer = \(user.issuer), user_subject = \(user.subject), user_verified = \(user.verified),
+                user_match = \(user.match), updated_at = now()
+            WHERE id = \(id) AND user_subject IS NULL
+            """) > 0
     }
 
     @discardableResult

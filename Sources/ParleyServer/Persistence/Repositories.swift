@@ -15,6 +15,9 @@ public protocol RegistrationRepository: Sendable {
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
     /// Credentials a person entered in a hosted form (sealed).
     func setCredentials(id: UUID, sealed: [UInt8]) async throws
+    /// Sets the registration's user when it has none yet (a first sign-in); false when it
+    /// already had one (or is gone): a user never changes.
+    func setUser(id: UUID, user: RegistrationUser) async throws -> Bool
     /// Deletes the registration; its tokens, cookies and flows go with it.
     @discardableResult func delete(id: UUID) async throws -> Bool
 }

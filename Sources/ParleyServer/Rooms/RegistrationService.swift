@@ -15,6 +15,8 @@ struct CreateRegistration: Decodable {
     var returnUrl: String?
     var credentials: UserCredentials?
     var clientCertificate: Certificate?
+    /// An identity token (JWT) from a listed identity provider naming the registration's user.
+    var identityToken: String?
 
     struct Certificate: Decodable {
         var pkcs12: String
@@ -35,6 +37,9 @@ enum RegistrationError: Error, Sendable, Equatable {
     case certificateUnusable(ClientIdentity.ImportError)
     /// The destination's `enrolment` policy: the `Parley-Enrolment` secret was missing or wrong.
     case enrolmentSecretRefused
+    /// The destination requires verified users (`registration: {identity: required}`) and no
+    /// identity token came. A token that came and failed is an `IdentityTokenError`.
+    case identityTokenRequired
     /// Approval of a registration that is not `pending_approval`.
     case notPendingApproval
     /// No registration has this id.
@@ -55,6 +60,8 @@ struct RegistrationService: Sendable {
     let audit: AuditLog
     let metrics: Metrics
     let clock: any WallClock
+    /// Checks `identityToken` against the destinations file's identity providers.
+    let identityTokens: IdentityTokenVerifier
 
     /// A registration after its upstream step: the record, and the login flow it waits on when `login_required`.
     struct Proceeded: Sendable {
@@ -110,6 +117,7 @@ struct RegistrationService: Sendable {
                 throw RegistrationError.enrolmentSecretRefused
             }
         }
+        let user = try await verifiedUser(input.identityToken, destination: destination, logger: logger)
         let id = UUID()
         let token = SecretToken.generate(prefix: "pct_")
         let waits = destination.registrationPolicy == .approval
@@ -117,7 +125,7 @@ struct RegistrationService: Sendable {
             id: id, destination: destination.name, status: waits ? .pendingApproval : .active, deviceType: input.deviceType, deviceModel: input.deviceModel,
             userHint: input.userHint, returnUrl: input.returnUrl,
             credentialsSealed: try input.credentials.map { try secrets.seal(credentials: $0, id: id) },
-            clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now)
+            clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now, user: user)
         try await registrations.insert(record, clientTokenHash: SecretToken.hash(token))
         var logger = logger
         logger[metadataKey: "registration.id"] = .string(record.idString)
@@ -132,6 +140,36 @@ struct RegistrationService: Sendable {
         let proceeded = try await proceed(record, destination: destination, actor: .client, logger: logger)
         metrics.increment(.registrations, [("action", "created")])
         return Created(record: proceeded.record, clientToken: token, flow: proceeded.flow)
+    }
+
+    /// The verified user an identity token names, with the value of the destination's
+    /// `identity.match` claim that later sign-ins are compared with; nil without a token where
+    /// the destination allows that. A refusal is audited and counted, and creates nothing.
+    private func verifiedUser(_ token: String?, destination: Destination, logger: Logger) async throws -> RegistrationUser? {
+        func refused(_ reason: String) async {
+            await audit.record(.registrationRefused, actor: .client, destination: destination.name, detail: ["identity": reason])
+            metrics.increment(.registrations, [("action", "refused")])
+            logger.info("registration refused: identity", metadata: ["identity.check": .string(reason), "destination": .string(destination.name)])
+        }
+        guard let token else {
+            guard !destination.identityRequired else {
+                await refused("missing")
+                throw RegistrationError.identityTokenRequired
+            }
+            return nil
+        }
+        do throws(IdentityTokenError) {
+            let identity = try await identityTokens.verify(token)
+            let claim = destination.identityMatchClaim
+            guard let match = identity.claims[claim], !match.isEmpty else {
+                throw IdentityTokenError(
+                    .missingClaim, "the identity token has no string '\(claim.prefix(200))' claim, which this destination compares sign-ins with")
+            }
+            return RegistrationUser(issuer: identity.issuer, subject: identity.subject, verified: true, match: match)
+        } catch {
+            await refused(error.check.rawValue)
+            throw error
+        }
     }
 
     /// `POST /admin/v1/registrations/{id}/approval`: a waiting registration goes on as an open one would.
