@@ -255,6 +255,11 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var scopes: [String]?
         public var scopeKeys: [ScopeKeyRule]?
         public var challenge: Challenge?
+        /// OpenID Connect: the authorization server's issuer (the `id_token`'s `iss`), its key set,
+        /// and its userinfo endpoint; who signed in through an `authorization_code` flow.
+        public var issuer: String?
+        public var jwksUri: String?
+        public var userinfoEndpoint: String?
 
         public struct Challenge: Sendable, Decodable, Equatable {
             public var statuses: [Int]?
@@ -263,7 +268,8 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
 
         public init(
             grant: String?, authorizationEndpoint: String?, tokenEndpoint: String?, revocationEndpoint: String?, clientId: String?,
-            clientSecret: String?, clientAuthentication: String?, scopes: [String]?, scopeKeys: [ScopeKeyRule]?, challenge: Challenge?
+            clientSecret: String?, clientAuthentication: String?, scopes: [String]?, scopeKeys: [ScopeKeyRule]?, challenge: Challenge?,
+            issuer: String? = nil, jwksUri: String? = nil, userinfoEndpoint: String? = nil
         ) {
             self.grant = grant
             self.authorizationEndpoint = authorizationEndpoint
@@ -275,6 +281,9 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             self.scopes = scopes
             self.scopeKeys = scopeKeys
             self.challenge = challenge
+            self.issuer = issuer
+            self.jwksUri = jwksUri
+            self.userinfoEndpoint = userinfoEndpoint
         }
 
         public struct ScopeKeyRule: Sendable, Decodable, Equatable {

@@ -18,12 +18,28 @@ public struct OAuth2Settings: Sendable, Equatable {
     public let clientID: String
     public let clientSecret: String?
     public let clientAuthentication: ClientAuthentication
+    /// The scopes every request names; `openid` among them when the destination reads who
+    /// signed in (`jwksUri` or `userinfoEndpoint`), added when the file does not list it.
     public let scopes: [String]
     public let challengeStatuses: Set<Int>
     public let sapStatusHeader: Bool
     /// Longest prefix first.
     public let scopeKeyRules: [(prefix: String, key: String)]
     public let defaultScopeKey: String
+    /// OpenID Connect (authorization code only): the authorization server's issuer, the `iss` of
+    /// its `id_token`s and the issuer of every identity it vouches for (default: the token
+    /// endpoint's origin, for userinfo alone); where its `id_token` keys are; its userinfo endpoint.
+    public let issuer: String?
+    public let jwksURI: String?
+    public let userinfoEndpoint: String?
+
+    /// Whether an authorization-code flow of this destination learns who signed in: from the
+    /// `id_token` (`jwksUri`), else from the userinfo endpoint.
+    public var yieldsIdentity: Bool { jwksURI != nil || userinfoEndpoint != nil }
+
+    /// Who vouches for the identities this destination's flows yield: `issuer`, else the token
+    /// endpoint's origin.
+    public var identityIssuer: String { issuer ?? URLParts(tokenEndpoint)?.origin ?? tokenEndpoint }
 
     public static func == (a: OAuth2Settings, b: OAuth2Settings) -> Bool {
         a.destination == b.destination && a.tokenEndpoint == b.tokenEndpoint && a.clientID == b.clientID
@@ -47,6 +63,12 @@ public struct OAuth2Settings: Sendable, Equatable {
         checkURL("tokenEndpoint", o.tokenEndpoint, required: true)
         checkURL("authorizationEndpoint", o.authorizationEndpoint, required: grant == .authorizationCode)
         checkURL("revocationEndpoint", o.revocationEndpoint, required: false)
+        checkURL("issuer", o.issuer, required: o.jwksUri != nil)
+        checkURL("jwksUri", o.jwksUri, required: false)
+        checkURL("userinfoEndpoint", o.userinfoEndpoint, required: false)
+        if grant != nil, grant != .authorizationCode, o.issuer != nil || o.jwksUri != nil || o.userinfoEndpoint != nil {
+            problems.append(prefix + "issuer, jwksUri and userinfoEndpoint name who signed in, which only the authorization_code grant reads")
+        }
         if (o.clientId ?? "").isEmpty { problems.append(prefix + "clientId is required") }
         if grant == .clientCredentials && o.clientSecret == nil { problems.append(prefix + "client_credentials needs clientSecret") }
         for rule in o.scopeKeys ?? [] where URLParts(rule.key) == nil {
@@ -65,11 +87,16 @@ public struct OAuth2Settings: Sendable, Equatable {
         self.clientID = clientID
         self.clientSecret = o.clientSecret
         self.clientAuthentication = auth
-        self.scopes = o.scopes ?? []
+        let scopes = o.scopes ?? []
+        let openID = o.jwksUri != nil || o.userinfoEndpoint != nil
+        self.scopes = openID && !scopes.contains("openid") ? ["openid"] + scopes : scopes
         self.challengeStatuses = Set(statuses)
         self.sapStatusHeader = o.challenge?.sapStatusHeader ?? true
         self.scopeKeyRules = (o.scopeKeys ?? []).map { ($0.prefix, $0.key) }.sorted { $0.prefix.count > $1.prefix.count }
         self.defaultScopeKey = baseURL
+        self.issuer = o.issuer
+        self.jwksURI = o.jwksUri
+        self.userinfoEndpoint = o.userinfoEndpoint
     }
 
     /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):

@@ -27,13 +27,21 @@ public struct StoredToken: Sendable, Equatable {
     public var tokenType: String
     public var scopes: String?
     public var expiresAt: Date?
+    /// The OpenID Connect `id_token` of the token response that brought this token, as sent
+    /// (unchecked): only the authorization-code callback reads it, to learn who signed in. It is
+    /// never stored (no repository writes it) and never logged.
+    public var idToken: String?
 
-    public init(accessToken: String, refreshToken: String?, tokenType: String = "Bearer", scopes: String? = nil, expiresAt: Date?) {
+    public init(
+        accessToken: String, refreshToken: String?, tokenType: String = "Bearer", scopes: String? = nil, expiresAt: Date?,
+        idToken: String? = nil
+    ) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.tokenType = tokenType
         self.scopes = scopes
         self.expiresAt = expiresAt
+        self.idToken = idToken
     }
 
     /// Fresh while more than `skew` remains before expiry. A stale token is never sent as fresh.

@@ -69,10 +69,13 @@ public enum TokenResponse {
         if let scope = wire.scope, scope.utf8.count > 4096 || !scope.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
             return .malformed(reason: "the token endpoint's scope is not usable")
         }
+        // OpenID Connect: kept as sent for the caller that checks it; one that is not a string of
+        // token characters within IdentityTokenVerifier's size is no id_token at all.
+        let idToken = wire.id_token?.value.flatMap { isTokenText($0) ? $0 : nil }
         return .token(
             StoredToken(
                 accessToken: access, refreshToken: refresh, tokenType: "Bearer", scopes: wire.scope,
-                expiresAt: now.addingTimeInterval(TimeInterval(lifetime))))
+                expiresAt: now.addingTimeInterval(TimeInterval(lifetime)), idToken: idToken))
     }
 
     /// RFC 6749 Appendix A: `1*VSCHAR`, and not larger than Parley stores.
@@ -101,6 +104,17 @@ public enum TokenResponse {
         let expires_in: WholeSeconds?
         let refresh_token: String?
         let scope: String?
+        let id_token: LenientText?
+    }
+
+    /// A string member read leniently: any other JSON value counts as absent instead of making
+    /// the whole answer unusable (an `id_token` is read only where a destination asks for it).
+    private struct LenientText: Decodable {
+        let value: String?
+
+        init(from decoder: any Decoder) throws {
+            value = try? decoder.singleValueContainer().decode(String.self)
+        }
     }
 
     private struct WireError: Decodable {

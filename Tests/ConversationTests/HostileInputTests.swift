@@ -168,6 +168,24 @@ import Testing
         #expect(Self.isMalformed(Self.parse(#"{"access_token":"\#(huge)","token_type":"Bearer","expires_in":60}"#)))
     }
 
+    /// The `id_token` is kept as sent for the callback that checks it; one that is not a string of
+    /// token characters within the size limit counts as absent and never spoils the token.
+    @Test func anIDTokenIsKeptAsSentOrCountsAsAbsent() {
+        func idToken(_ member: String) -> String?? {
+            guard case .token(let token) = Self.parse(#"{"access_token":"at","token_type":"Bearer","expires_in":60\#(member)}"#) else {
+                return .none
+            }
+            return .some(token.idToken)
+        }
+        #expect(idToken(#","id_token":"aaa.bbb.ccc""#) == .some("aaa.bbb.ccc"))
+        #expect(idToken("") == .some(nil))
+        let huge = String(repeating: "a", count: TokenResponse.maxTokenBytes + 1)
+        for member in [#","id_token":5"#, #","id_token":null"#, #","id_token":{"a":1}"#, #","id_token":"a\nb""#, #","id_token":"""#,
+            #","id_token":"\#(huge)""#] {
+            #expect(idToken(member) == .some(nil), "\(member.prefix(40))")
+        }
+    }
+
     @Test func errorsAreTriaged() {
         #expect(Self.parse(#"{"error":"invalid_grant"}"#, status: 400) == .invalidGrant)
         #expect(Self.parse(#"{"error":"invalid_client"}"#, status: 401) == .refused(error: "invalid_client"))
