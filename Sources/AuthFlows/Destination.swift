@@ -115,11 +115,16 @@ public struct SAML2Settings: Sendable, Equatable {
     public let identifyingHeader: String
     public let finishEndpoint: String
     public let finishEndpointParam: String
+    /// The identity provider's signing certificates (PEM, each checked at start): a
+    /// `SAMLResponse` crossing `/web/{destination}/…` names who signed in only when its
+    /// signature verifies against one of them. Empty: SAML sign-ins yield no identity.
+    public let idpCertificates: [String]
 
     init(spec: DestinationSpec.SAML2) {
         identifyingHeader = spec.identifyingHeader ?? "com.sap.cloud.security.login"
         finishEndpoint = spec.finishEndpoint ?? "/SAMLAuthLauncher"
         finishEndpointParam = spec.finishEndpointParam ?? "finishEndpointParam"
+        idpCertificates = spec.idpCertificates ?? []
     }
 }
 
@@ -219,10 +224,15 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var identifyingHeader: String?
         public var finishEndpoint: String?
         public var finishEndpointParam: String?
-        public init(identifyingHeader: String? = nil, finishEndpoint: String? = nil, finishEndpointParam: String? = nil) {
+        /// PEM certificates whose keys sign the identity provider's SAML responses.
+        public var idpCertificates: [String]?
+        public init(
+            identifyingHeader: String? = nil, finishEndpoint: String? = nil, finishEndpointParam: String? = nil, idpCertificates: [String]? = nil
+        ) {
             self.identifyingHeader = identifyingHeader
             self.finishEndpoint = finishEndpoint
             self.finishEndpointParam = finishEndpointParam
+            self.idpCertificates = idpCertificates
         }
     }
 
@@ -374,6 +384,9 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         }
         if let endpoint = saml2?.finishEndpoint, !endpoint.hasPrefix("/") {
             problems.append("\(label): saml2.finishEndpoint must be a path starting with '/'")
+        }
+        for (index, pem) in (saml2?.idpCertificates ?? []).enumerated() {
+            do { try SigningCertificate.check(pem: pem) } catch { problems.append("\(label): saml2.idpCertificates[\(index)] \(error)") }
         }
         var policy = RegistrationPolicy.open
         switch registration?.policy {

@@ -135,6 +135,31 @@ done:
     return result;
 }
 
+/* ---- Trusted signing certificates (an identity provider's, PEM) ----
+   What one PEM text holds: 1 an RSA key, 2 an EC key, 3 another key type, in exactly one
+   X.509 certificate; 0 no certificate; 4 more than one. */
+static inline int c_parley_pem_certificate_key(const char *pem, int len) {
+    BIO *bio = BIO_new_mem_buf(pem, len);
+    if (bio == NULL) return 0;
+    int result = 0;
+    X509 *cert = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+    if (cert != NULL) {
+        X509 *second = PEM_read_bio_X509(bio, NULL, NULL, NULL);
+        if (second != NULL) {
+            X509_free(second);
+            result = 4;
+        } else {
+            EVP_PKEY *key = X509_get0_pubkey(cert);
+            int type = key != NULL ? EVP_PKEY_get_base_id(key) : 0;
+            result = type == EVP_PKEY_RSA ? 1 : type == EVP_PKEY_EC ? 2 : 3;
+        }
+        X509_free(cert);
+    }
+    BIO_free(bio);
+    ERR_clear_error();
+    return result;
+}
+
 /* BIO_get_mem_data is a macro. */
 static inline long c_parley_bio_mem_data(BIO *bio, char **data) { return BIO_get_mem_data(bio, data); }
 #endif
