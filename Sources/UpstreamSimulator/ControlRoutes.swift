@@ -17,7 +17,8 @@ private struct OTPCodeAnswer: Encodable {
 /// Test controls, without authentication (the simulator only ever listens on a test machine).
 ///
 /// - `POST /sim/csrf/rotate` — every CSRF token stops working.
-/// - `POST /sim/sessions/expire` — every `SMPSESSION`, `SP_SESSION` and `BO_SESSION` stops working.
+/// - `POST /sim/sessions/expire` — every `SMPSESSION`, `SP_SESSION`, `BO_SESSION` and the OAuth2
+///   authorization server's `AS_SESSION` stops working.
 /// - `POST /sim/oauth/expire-access-tokens` — every access token issued so far is expired.
 /// - `POST /sim/oauth/revoke-refresh-tokens` — every refresh token issued so far is revoked.
 /// - `POST /sim/oauth/fail-token?status=503&count=N&retryAfter=S` — the next N token calls fail.

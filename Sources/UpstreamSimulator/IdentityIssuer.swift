@@ -69,6 +69,28 @@ public final class IdentityIssuer: Sendable {
         }
     }
 
+    /// The claims of an RS256 token whose signature verifies with the RSA key its `kid` names in
+    /// the JWK Set `jwks` (what a relying party does with `GET /oauth/jwks`); nil otherwise. For
+    /// tests of the simulator: Parley's own verifier is jwt-kit.
+    public static func verifiedClaims(_ token: String, jwks: [UInt8]) -> [String: Any]? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, let headerBytes = Base64.decode(parts[0]), let claimBytes = Base64.decode(parts[1]),
+            let signature = Base64.decode(parts[2]),
+            let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
+            let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any],
+            header["alg"] as? String == "RS256", let kid = header["kid"] as? String,
+            let set = (try? JSONSerialization.jsonObject(with: Data(jwks))) as? [String: Any],
+            let keys = set["keys"] as? [[String: Any]],
+            let jwk = keys.first(where: { $0["kid"] as? String == kid && $0["kty"] as? String == "RSA" }),
+            let n = (jwk["n"] as? String).flatMap(Base64.decode), let e = (jwk["e"] as? String).flatMap(Base64.decode),
+            let key = try? _RSA.Signing.PublicKey(n: n, e: e)
+        else { return nil }
+        let input = Array((parts[0] + "." + parts[1]).utf8)
+        let valid = key.isValidSignature(
+            _RSA.Signing.RSASignature(rawRepresentation: signature), for: SHA256.hash(data: input), padding: .insecurePKCS1v1_5)
+        return valid ? claims : nil
+    }
+
     /// Base64url of the JSON of `object`.
     public static func encode(_ object: [String: Any]) -> String { Base64URL.encode(json(object)) }
 

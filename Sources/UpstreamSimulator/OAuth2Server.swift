@@ -4,6 +4,10 @@ import ParleyCrypto
 
 /// How long an authorization code can be redeemed.
 private let codeLifetime: Duration = .seconds(600)
+/// How long an `id_token` is valid.
+private let idTokenLifetime = 300
+/// The login session cookie of the authorization server.
+private let sessionCookie = "AS_SESSION"
 
 /// Form or query parameters by name; a repeated name is remembered (RFC 6749 §3.1 refuses it).
 private struct OAuthParameters {
@@ -30,6 +34,11 @@ private struct TokenAnswer: Encodable {
     let expires_in: Int
     let refresh_token: String?
     let scope: String?
+    let id_token: String?
+}
+
+private struct UserinfoAnswer: Encodable {
+    let sub: String
 }
 
 private struct ErrorAnswer: Encodable {
@@ -52,6 +61,11 @@ private struct AuthorizationRequest {
     let state: String?
     let codeChallenge: String?
     let scope: String?
+    /// OpenID Connect: echoed in the `id_token`.
+    let nonce: String?
+    /// OpenID Connect `prompt` values (`login`: show the login page despite a session; `none`:
+    /// never show it).
+    let prompt: Set<Substring>
 }
 
 private enum AuthorizationCheck {
@@ -98,7 +112,8 @@ private func checkAuthorization(_ parameters: OAuthParameters, _ configuration: 
     return .valid(
         AuthorizationRequest(
             client: client, redirectURI: redirectURI, redirectURIGiven: parameters["redirect_uri"] != nil,
-            state: state, codeChallenge: challenge, scope: parameters["scope"]))
+            state: state, codeChallenge: challenge, scope: parameters["scope"], nonce: parameters["nonce"],
+            prompt: Set((parameters["prompt"] ?? "").split(separator: " "))))
 }
 
 private func redirect(to uri: String, _ parameters: [(String, String?)]) -> Response {
@@ -127,6 +142,7 @@ private func loginPage(_ request: AuthorizationRequest, error: String?, _ config
         ("code_challenge", request.codeChallenge),
         ("code_challenge_method", request.codeChallenge == nil ? nil : "S256"),
         ("scope", request.scope),
+        ("nonce", request.nonce),
     ]
     let fields = hidden.compactMap { name, value in
         value.map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(SimHTTP.htmlEscape($0))\">" }
@@ -141,6 +157,7 @@ private func loginPage(_ request: AuthorizationRequest, error: String?, _ config
           <p><b>\(SimHTTP.htmlEscape(request.client.id))</b> asks for access\(request.scope.map { " (\(SimHTTP.htmlEscape($0)))" } ?? "").</p>
           \(errorLine)
           \(demoUserHint(configuration))
+          \(otherUsersHint(configuration))
           <form method="post" action="/oauth/authorize">
               \(fields)
               <label>Username <input id="username" name="username" autocomplete="username"></label>
@@ -149,6 +166,58 @@ private func loginPage(_ request: AuthorizationRequest, error: String?, _ config
           </form>
         </body></html>
         """)
+}
+
+/// The line that names the authorization server's other users (`oauthUsers`).
+private func otherUsersHint(_ configuration: SimulatorConfiguration) -> String {
+    guard !configuration.oauthUsers.isEmpty else { return "" }
+    let users = configuration.oauthUsers.map { "<b>\(SimHTTP.htmlEscape($0.username))</b> / <b>\(SimHTTP.htmlEscape($0.password))</b>" }
+    return "<p id=\"other-users\">Also here: \(users.joined(separator: ", ")).</p>"
+}
+
+/// The subject of the user with this name and password: the Basic user or one of `oauthUsers`
+/// (each compared in constant time).
+private func oauthSubject(username: String, password: String, _ configuration: SimulatorConfiguration) -> String? {
+    let users = [SimulatorUser(username: configuration.basicUsername, password: configuration.basicPassword)] + configuration.oauthUsers
+    var subject: String?
+    for user in users {
+        let userOK = SimHTTP.secretsMatch(username, user.username)
+        let passwordOK = SimHTTP.secretsMatch(password, user.password)
+        if userOK && passwordOK && subject == nil { subject = user.username }
+    }
+    return subject
+}
+
+/// The authorization server's issuer: `oauthIssuer`, else its own address.
+private func issuer(_ configuration: SimulatorConfiguration, _ state: SimulatorState) -> String {
+    configuration.oauthIssuer ?? "http://127.0.0.1:\(state.port ?? 0)"
+}
+
+/// A code for `subject`, answered to the client's redirect URI (`302`).
+private func issueCode(_ authorization: AuthorizationRequest, subject: String, _ oauth: OAuthState, cookie: String? = nil) -> Response {
+    let code = oauth.issueCode(
+        .init(
+            grant: OAuthGrant(
+                clientID: authorization.client.id, subject: subject, scope: authorization.scope,
+                grantID: SecureRandom.token(byteCount: 12), nonce: authorization.nonce),
+            redirectURI: authorization.redirectURIGiven ? authorization.redirectURI : nil,
+            codeChallenge: authorization.codeChallenge,
+            expires: .now.advanced(by: codeLifetime)
+        ))
+    var response = redirect(to: authorization.redirectURI, [("code", code), ("state", authorization.state)])
+    if let cookie { response.headers[.setCookie] = cookie }
+    return response
+}
+
+/// The `id_token` (RS256, `kid` `sim-rsa-1`) of a code granted with `openid`.
+private func idToken(for grant: OAuthGrant, issuer: String, _ oauth: OAuthState) -> String? {
+    guard grant.isOpenID, let signer = oauth.identityIssuer else { return nil }
+    let now = Int(Date().timeIntervalSince1970)
+    var claims: [String: Any] = ["iss": issuer, "sub": grant.subject, "aud": grant.clientID, "iat": now, "exp": now + idTokenLifetime]
+    if let nonce = grant.nonce { claims["nonce"] = nonce }
+    guard let token = try? signer.token(claims, algorithm: .rs256) else { return nil }
+    oauth.recordIDToken(token)
+    return token
 }
 
 private func tokenError(_ error: OAuthError, request: Request) -> Response {
@@ -206,12 +275,22 @@ private func scopeItems(_ scope: String?) -> Set<Substring> {
     Set((scope ?? "").split(separator: " "))
 }
 
-/// Part B of the simulator: an OAuth2 authorization server (RFC 6749, 7636, 7009) and two
-/// protected resources.
+/// Part B of the simulator: an OAuth2 authorization server (RFC 6749, 7636, 7009) that is also an
+/// OpenID Connect provider, and two protected resources. Its users are the Basic user
+/// (`alice` / `wonderland`) and `oauthUsers` (`bob` / `builder`).
 ///
-/// - `GET /oauth/authorize` — login page; `POST /oauth/authorize` — `302` to `redirect_uri?code=…&state=…`.
+/// - `GET /oauth/authorize` — the login page; with a live login session (the `AS_SESSION` cookie a
+///   successful login sets, `Path=/oauth`) the code at once, without a page, unless the request
+///   carries `prompt=login`; `prompt=none` without a session is `error=login_required`.
+///   `POST /oauth/authorize` — the login: `302` to `redirect_uri?code=…&state=…`, and a new session.
 /// - `POST /oauth/token` — grants `authorization_code` (+ PKCE S256), `client_credentials`,
-///   `password`, `refresh_token` (rotating).
+///   `password`, `refresh_token` (rotating). A code granted with the `openid` scope also gets an
+///   `id_token` (RS256, `kid`, `iss` = the issuer, `aud` = the client, `sub`, the request's
+///   `nonce`, `iat`, `exp` 5 minutes on).
+/// - `GET /oauth/jwks` — the `id_token` keys as a JWK Set.
+/// - `GET|POST /oauth/userinfo` — Bearer access token granted with `openid` → `{"sub": …}`;
+///   `401` + `WWW-Authenticate: Bearer error="invalid_token"` without a valid one, `403`
+///   `error="insufficient_scope"` without `openid`.
 /// - `POST /oauth/revoke` — RFC 7009.
 /// - `ANY /oauth-api/{path…}` — Bearer; `401` + `WWW-Authenticate: Bearer error="invalid_token"` otherwise.
 /// - `ANY /sap-api/{path…}` — Bearer; `400` + `X-SMP-AUTHENTICATION-STATUS: 1000` otherwise.
@@ -227,6 +306,19 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .redirectError(let uri, let error, let description, let returnedState):
             return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
         case .valid(let authorization):
+            // A login session answers at once, as a real authorization server does, unless the
+            // client asks for the login again.
+            if !authorization.prompt.contains("login"), let session = SimHTTP.cookie(sessionCookie, in: request),
+                let subject = oauth.sessionSubject(session)
+            {
+                oauth.countSilentAuthorization()
+                return issueCode(authorization, subject: subject, oauth)
+            }
+            if authorization.prompt.contains("none") {
+                return redirect(
+                    to: authorization.redirectURI,
+                    [("error", "login_required"), ("error_description", "no login session"), ("state", authorization.state)])
+            }
             oauth.countAuthorizePage()
             return loginPage(authorization, error: nil, configuration)
         }
@@ -242,23 +334,17 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .redirectError(let uri, let error, let description, let returnedState):
             return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
         case .valid(let authorization):
-            let userOK = SimHTTP.secretsMatch(parameters["username"] ?? "", configuration.basicUsername)
-            let passwordOK = SimHTTP.secretsMatch(parameters["password"] ?? "", configuration.basicPassword)
-            guard userOK && passwordOK else {
+            guard
+                let subject = oauthSubject(
+                    username: parameters["username"] ?? "", password: parameters["password"] ?? "", configuration)
+            else {
                 oauth.countLogin(success: false)
                 return loginPage(authorization, error: "Wrong username or password.", configuration)
             }
             oauth.countLogin(success: true)
-            let code = oauth.issueCode(
-                .init(
-                    grant: OAuthGrant(
-                        clientID: authorization.client.id, subject: configuration.basicUsername, scope: authorization.scope,
-                        grantID: SecureRandom.token(byteCount: 12)),
-                    redirectURI: authorization.redirectURIGiven ? authorization.redirectURI : nil,
-                    codeChallenge: authorization.codeChallenge,
-                    expires: .now.advanced(by: codeLifetime)
-                ))
-            return redirect(to: authorization.redirectURI, [("code", code), ("state", authorization.state)])
+            let session = oauth.startSession(subject: subject)
+            return issueCode(
+                authorization, subject: subject, oauth, cookie: "\(sessionCookie)=\(session); Path=/oauth; HttpOnly; SameSite=Lax")
         }
     }
 
@@ -290,7 +376,11 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                     guard let code = form["code"] else { return .failure(OAuthError(.invalidRequest, "code is missing")) }
                     return oauth.redeemCode(
                         code, clientID: client.id, redirectURI: form["redirect_uri"], verifier: form["code_verifier"], now: now
-                    ).map { oauth.issueTokens(for: $0, withRefreshToken: true, lifetime: lifetime, now: now) }
+                    ).map { grant in
+                        var issued = oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now)
+                        issued.idToken = idToken(for: grant, issuer: issuer(configuration, state), oauth)
+                        return issued
+                    }
                 case "client_credentials":
                     guard client.isConfidential else {
                         return .failure(OAuthError(.unauthorizedClient, "client_credentials needs a confidential client"))
@@ -302,9 +392,9 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                     guard let username = form["username"], let password = form["password"] else {
                         return .failure(OAuthError(.invalidRequest, "username and password are required"))
                     }
-                    let userOK = SimHTTP.secretsMatch(username, configuration.basicUsername)
-                    let passwordOK = SimHTTP.secretsMatch(password, configuration.basicPassword)
-                    guard userOK && passwordOK else { return .failure(OAuthError(.invalidGrant, "wrong username or password")) }
+                    guard oauthSubject(username: username, password: password, configuration) != nil else {
+                        return .failure(OAuthError(.invalidGrant, "wrong username or password"))
+                    }
                     let grant = OAuthGrant(
                         clientID: client.id, subject: username, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
                     return .success(oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now))
@@ -330,7 +420,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             return SimHTTP.json(
                 TokenAnswer(
                     access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn,
-                    refresh_token: issued.refreshToken, scope: issued.scope),
+                    refresh_token: issued.refreshToken, scope: issued.scope, id_token: issued.idToken),
                 headers: [.cacheControl: "no-store", .pragma: "no-cache"])
         case .failure(let error):
             oauth.countTokenError(error.code)
@@ -353,6 +443,34 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             return Response(status: .ok, headers: [.cacheControl: "no-store"])
         case .failure(let error):
             return tokenError(error, request: request)
+        }
+    }
+
+    router.get("/oauth/jwks") { _, _ -> Response in
+        state.record("GET /oauth/jwks")
+        guard let signer = oauth.identityIssuer else { return SimHTTP.text("no signing key", status: .internalServerError) }
+        return Response(
+            status: .ok, headers: [.contentType: "application/jwk-set+json", .cacheControl: "max-age=60"],
+            body: .init(byteBuffer: ByteBuffer(bytes: signer.jwks)))
+    }
+
+    for method in [HTTPRequest.Method.get, .post] {
+        router.on("/oauth/userinfo", method: method) { request, _ -> Response in
+            state.record("\(method.rawValue) /oauth/userinfo")
+            try await SimHTTP.drain(request.body)
+            guard let access = SimHTTP.bearerToken(request).flatMap({ oauth.validate(accessToken: $0) }) else {
+                oauth.countUserinfo(rejected: true)
+                return SimHTTP.text(
+                    "authentication required", status: .unauthorized, headers: [.wwwAuthenticate: "Bearer error=\"invalid_token\""])
+            }
+            guard (access.scope ?? "").split(separator: " ").contains("openid") else {
+                oauth.countUserinfo(rejected: true)
+                return SimHTTP.text(
+                    "the access token was not granted openid", status: .forbidden,
+                    headers: [.wwwAuthenticate: "Bearer error=\"insufficient_scope\", scope=\"openid\""])
+            }
+            oauth.countUserinfo(rejected: false)
+            return SimHTTP.json(UserinfoAnswer(sub: access.subject), headers: [.cacheControl: "no-store"])
         }
     }
 

@@ -28,6 +28,11 @@ struct OAuthGrant: Sendable {
     let subject: String
     let scope: String?
     let grantID: String
+    /// The authorization request's OpenID Connect `nonce`, echoed in the `id_token`.
+    var nonce: String? = nil
+
+    /// Whether the grant asked for OpenID Connect (`openid` among its scopes).
+    var isOpenID: Bool { (scope ?? "").split(separator: " ").contains("openid") }
 }
 
 struct IssuedTokens: Sendable {
@@ -35,6 +40,8 @@ struct IssuedTokens: Sendable {
     let refreshToken: String?
     let expiresIn: Int
     let scope: String?
+    /// The OpenID Connect `id_token`, for an authorization code granted with `openid`.
+    var idToken: String? = nil
 }
 
 /// What a valid access token stands for.
@@ -54,8 +61,19 @@ struct InjectedTokenFailure: Sendable {
 /// Codes, tokens, test controls and counters of the simulated OAuth2 authorization server.
 public final class OAuthState: Sendable {
     private let data = Mutex(Data())
+    /// The `id_token` signing keys, made on first use (RSA key generation takes a moment).
+    private let signer = Mutex<IdentityIssuer?>(nil)
 
     init() {}
+
+    /// The keys the authorization server signs `id_token`s with (RS256, `kid` `sim-rsa-1`) and
+    /// publishes at `GET /oauth/jwks`; nil only when key generation failed.
+    public var identityIssuer: IdentityIssuer? {
+        signer.withLock { signer in
+            if signer == nil { signer = try? IdentityIssuer() }
+            return signer
+        }
+    }
 
     // MARK: Counters
 
@@ -76,8 +94,18 @@ public final class OAuthState: Sendable {
     public var authorizeLogins: Int { data.withLock { $0.authorizeLogins } }
     public var authorizeFailures: Int { data.withLock { $0.authorizeFailures } }
     public var accessTokensIssued: Int { data.withLock { $0.accessTokensIssued } }
-    /// Every access and refresh token value issued so far (tests grep for leaks with them).
-    public var issuedTokenValues: [String] { data.withLock { Array($0.accessTokens.keys) + Array($0.refreshTokens.keys) } }
+    /// Every access, refresh and `id_token` value issued so far (tests grep for leaks with them).
+    public var issuedTokenValues: [String] {
+        data.withLock { Array($0.accessTokens.keys) + Array($0.refreshTokens.keys) + $0.idTokens }
+    }
+    /// Authorization requests answered with a code at once from a login session (no login page).
+    public var silentAuthorizations: Int { data.withLock { $0.silentAuthorizations } }
+    /// `id_token`s issued, and calls of `/oauth/userinfo` (those refused among them).
+    public var idTokensIssued: Int { data.withLock { $0.idTokens.count } }
+    public var userinfoCalls: Int { data.withLock { $0.userinfoCalls } }
+    public var userinfoRejections: Int { data.withLock { $0.userinfoRejections } }
+    /// Login sessions alive (one per successful login, until `/sim/sessions/expire`).
+    public var loginSessions: Int { data.withLock { $0.sessions.count } }
     public var refreshTokensIssued: Int { data.withLock { $0.refreshTokensIssued } }
 
     // MARK: Test controls
@@ -94,6 +122,11 @@ public final class OAuthState: Sendable {
         data.withLock { data in
             for key in data.refreshTokens.keys { data.refreshTokens[key]?.active = false }
         }
+    }
+
+    /// Every login session ends: the next authorization request shows the login page again.
+    public func expireSessions() {
+        data.withLock { $0.sessions.removeAll() }
     }
 
     /// The next `count` token-endpoint calls answer `status` (with `Retry-After` when given).
@@ -125,6 +158,29 @@ public final class OAuthState: Sendable {
     // MARK: Internal
 
     func countAuthorizePage() { data.withLock { $0.authorizePages += 1 } }
+
+    func countSilentAuthorization() { data.withLock { $0.silentAuthorizations += 1 } }
+
+    func countUserinfo(rejected: Bool) {
+        data.withLock { data in
+            data.userinfoCalls += 1
+            if rejected { data.userinfoRejections += 1 }
+        }
+    }
+
+    /// A new login session for `subject`; its value goes into the `AS_SESSION` cookie.
+    func startSession(subject: String) -> String {
+        let value = "ass_" + SecureRandom.token()
+        data.withLock { $0.sessions[value] = subject }
+        return value
+    }
+
+    /// Who the login session `value` belongs to, while it lives.
+    func sessionSubject(_ value: String) -> String? {
+        data.withLock { $0.sessions[value] }
+    }
+
+    func recordIDToken(_ token: String) { data.withLock { $0.idTokens.append(token) } }
 
     func countLogin(success: Bool) {
         data.withLock { data in
@@ -255,7 +311,10 @@ public final class OAuthState: Sendable {
                 authorizeLogins: data.authorizeLogins,
                 authorizeFailures: data.authorizeFailures,
                 accessTokensIssued: data.accessTokensIssued,
-                refreshTokensIssued: data.refreshTokensIssued
+                refreshTokensIssued: data.refreshTokensIssued,
+                silentAuthorizations: data.silentAuthorizations,
+                idTokensIssued: data.idTokens.count,
+                userinfoCalls: data.userinfoCalls
             )
         }
     }
@@ -297,6 +356,12 @@ public final class OAuthState: Sendable {
         var pendingFailures = 0
         var failure: InjectedTokenFailure?
         var tokenDelay: Duration = .zero
+        /// Login sessions: `AS_SESSION` value → subject.
+        var sessions: [String: String] = [:]
+        var idTokens: [String] = []
+        var silentAuthorizations = 0
+        var userinfoCalls = 0
+        var userinfoRejections = 0
 
         mutating func revokeGrant(_ grantID: String) {
             for (key, record) in accessTokens where record.grant.grantID == grantID { accessTokens[key]?.expired = true }

@@ -9,8 +9,14 @@ public struct SimulatorConfiguration: Sendable, Equatable {
     public var maxBigFileMiB: Int
     /// Upper bound for `GET /slow?ms=N`.
     public var maxSlowMilliseconds: Int
-    /// Clients of the OAuth2 authorization server; its one user is the Basic user.
+    /// Clients of the OAuth2 authorization server.
     public var oauthClients: [OAuthClient]
+    /// Who else may sign in at the OAuth2 authorization server besides the Basic user (who always
+    /// may): by default `bob` / `builder`, so a test has a second person.
+    public var oauthUsers: [SimulatorUser]
+    /// The authorization server's OpenID Connect issuer (the `iss` of its `id_token`s); nil means
+    /// `http://127.0.0.1:<bound port>`.
+    public var oauthIssuer: String?
     /// How long an access token is valid (`expires_in` rounds it up to whole seconds).
     public var accessTokenLifetime: Duration
     /// How the `/sp` service provider challenges, whether it names itself, its second factor, and
@@ -35,6 +41,8 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         maxBigFileMiB: Int = 8192,
         maxSlowMilliseconds: Int = 600_000,
         oauthClients: [OAuthClient] = OAuthClient.defaults,
+        oauthUsers: [SimulatorUser] = SimulatorUser.defaultOAuthUsers,
+        oauthIssuer: String? = nil,
         accessTokenLifetime: Duration = .seconds(3600),
         samlBinding: SAMLBinding = .postForm,
         samlIdentifyingHeader: Bool = true,
@@ -51,6 +59,8 @@ public struct SimulatorConfiguration: Sendable, Equatable {
         self.maxBigFileMiB = maxBigFileMiB
         self.maxSlowMilliseconds = maxSlowMilliseconds
         self.oauthClients = oauthClients
+        self.oauthUsers = oauthUsers
+        self.oauthIssuer = oauthIssuer
         self.accessTokenLifetime = accessTokenLifetime
         self.samlBinding = samlBinding
         self.samlIdentifyingHeader = samlIdentifyingHeader
@@ -68,6 +78,20 @@ public struct SimulatorConfiguration: Sendable, Equatable {
             binding: samlBinding, identifyingHeader: samlIdentifyingHeader, otp: spOTP, cookieScope: spCookieScope,
             cookieDomain: spCookieDomain)
     }
+}
+
+/// A person who can sign in (name and password).
+public struct SimulatorUser: Sendable, Equatable {
+    public var username: String
+    public var password: String
+
+    public init(username: String, password: String) {
+        self.username = username
+        self.password = password
+    }
+
+    /// The OAuth2 authorization server's second person.
+    public static let defaultOAuthUsers = [SimulatorUser(username: "bob", password: "builder")]
 }
 
 /// How the `/sp` service provider sends the browser to the IdP.

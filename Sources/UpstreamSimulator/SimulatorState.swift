@@ -33,9 +33,10 @@ public final class SimulatorState: Sendable {
     public var openStalls: Int { box.withLock { $0.openStalls } }
     public var abandonedStalls: Int { box.withLock { $0.abandonedStalls } }
 
-    /// Forgets every SMP, `/sp` and `/basic-otp` session (`POST /sim/sessions/expire`).
+    /// Forgets every SMP, `/sp`, `/basic-otp` and OAuth2 login session (`POST /sim/sessions/expire`).
     public func expireSessions() {
         smp.expireSessions()
+        oauth.expireSessions()
         spSessions.expireAll()
         basicOTPSessions.expireAll()
     }

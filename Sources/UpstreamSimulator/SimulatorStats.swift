@@ -25,6 +25,10 @@ public struct SimulatorStats: Codable, Sendable, Equatable {
         public var authorizeFailures: Int
         public var accessTokensIssued: Int
         public var refreshTokensIssued: Int
+        /// Codes issued at once from a login session, `id_token`s issued, `/oauth/userinfo` calls.
+        public var silentAuthorizations: Int
+        public var idTokensIssued: Int
+        public var userinfoCalls: Int
     }
 
     /// The `/sp` service provider and the mock IdP (see `SAMLState`).

@@ -11,6 +11,7 @@ import UpstreamSimulator
         var port = 8081
         var configuration = SimulatorConfiguration()
         var arguments = CommandLine.arguments.dropFirst()
+        var oauthUsers: [SimulatorUser]?
         while let argument = arguments.popFirst() {
             switch argument {
             case "--host":
@@ -46,6 +47,16 @@ import UpstreamSimulator
             case "--idp-base":
                 guard let value = arguments.popFirst() else { usage("--idp-base needs a URL") }
                 configuration.idpBaseURL = value
+            case "--oauth-user":
+                guard let value = arguments.popFirst(), let colon = value.firstIndex(of: ":"), colon != value.startIndex,
+                    value.index(after: colon) != value.endIndex
+                else { usage("--oauth-user needs name:password") }
+                oauthUsers = (oauthUsers ?? []) + [
+                    SimulatorUser(username: String(value[..<colon]), password: String(value[value.index(after: colon)...]))
+                ]
+            case "--oauth-issuer":
+                guard let value = arguments.popFirst() else { usage("--oauth-issuer needs a URL") }
+                configuration.oauthIssuer = value
             case "-h", "--help":
                 usage(nil)
             default:
@@ -53,6 +64,7 @@ import UpstreamSimulator
             }
         }
 
+        if let oauthUsers { configuration.oauthUsers = oauthUsers }
         var logger = Logger(label: "upstream-simulator")
         logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .notice
         let state = SimulatorState()
@@ -77,11 +89,15 @@ import UpstreamSimulator
                                       [--saml-binding postForm|redirect] [--no-identifying-header]
                                       [--otp off|afterSAML] [--acs-url URL]... [--idp-base URL]
                                       [--cookie-scope mount|forwardedPrefix|forwardedPrefixSlash] [--cookie-domain]
+                                      [--oauth-user NAME:PASSWORD]... [--oauth-issuer URL]
               --acs-url       an ACS URL the mock IdP accepts (repeatable; POST /control/saml/acs at run time)
               --idp-base      where browsers reach the IdP (default http://127.0.0.1:<port>)
               --cookie-scope  the Path of the /sp and /basic-otp session cookies: mount (/sp, the default),
                               or the proxy's X-Forwarded-Prefix (/web/sp), or that with a trailing /
               --cookie-domain add Domain=<X-Forwarded-Host without port> to those cookies behind a proxy
+              --oauth-user    a user of the OAuth2 authorization server besides alice (repeatable; replaces
+                              the default second user, bob:builder)
+              --oauth-issuer  the issuer of its id_tokens (default http://127.0.0.1:<port>)
             """)
         exit(problem == nil ? 0 : 64)
     }
