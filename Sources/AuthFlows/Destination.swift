@@ -408,6 +408,17 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         if let claim = identity?.match, claim.isEmpty || claim.utf8.count > 200 {
             problems.append("\(label): identity.match must be a claim name of 1 to 200 bytes")
         }
+        // A destination whose sign-ins cannot say who signed in cannot require a known user:
+        // its flows could not be held to it.
+        if registration?.identity == "required" {
+            if saml2 != nil && (saml2?.idpCertificates ?? []).isEmpty {
+                problems.append("\(label): registration.identity is required, but saml2 sign-ins name nobody without saml2.idpCertificates")
+            }
+            if let settings, settings.grant == .authorizationCode, !settings.yieldsIdentity {
+                problems.append(
+                    "\(label): registration.identity is required, but oauth2 sign-ins name nobody without oauth2.jwksUri or oauth2.userinfoEndpoint")
+            }
+        }
         guard problems.isEmpty else { throw Invalid(problems: problems) }
         return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)
     }
