@@ -192,6 +192,7 @@ public final class InMemoryAdministration: AdministrationRepository {
     public func registrations(_ q: RegistrationQuery) async throws -> [(RegistrationRecord, RegistrationCursor)] {
         let sorted = registrations.all
             .filter { (q.destination == nil || $0.destination == q.destination) && (q.userHint == nil || $0.userHint == q.userHint) }
+            .filter { (q.issuer == nil || $0.user?.issuer == q.issuer) && (q.subject == nil || $0.user?.subject == q.subject) }
             .map { ($0, RegistrationCursor(createdAtMicros: Self.micros($0.createdAt), id: $0.id)) }
             .sorted { ($0.1.createdAtMicros, $0.1.id.uuidString) > ($1.1.createdAtMicros, $1.1.id.uuidString) }
         let after = sorted.filter { item in
@@ -216,26 +217,42 @@ public final class InMemoryAdministration: AdministrationRepository {
 
     func matches(_ key: TokenKey, _ f: RevocationFilter) -> Bool {
         let hinted = f.userHint.map { hint in registrations.all.filter { $0.userHint == hint }.map(\.idString) }
+        let users = f.user.map { user in registrations.all.filter { Self.isUser($0, user) }.map(\.idString) }
         return (f.registrationID == nil || key.registrationID == f.registrationID?.uuidString.lowercased())
             && (f.destination == nil || key.destination == f.destination) && (f.scopeKey == nil || key.scopeKey == f.scopeKey)
             && (hinted == nil || hinted?.contains(key.registrationID ?? "") == true)
+            && (users == nil || users?.contains(key.registrationID ?? "") == true)
+    }
+
+    static func isUser(_ record: RegistrationRecord, _ user: UserReference) -> Bool {
+        record.user?.issuer == user.issuer && record.user?.subject == user.subject
+    }
+
+    /// The registrations a filter names (by id or by user), narrowed by its registration members.
+    func named(_ f: RevocationFilter) -> [RegistrationRecord] {
+        guard f.namesRegistrations else { return [] }
+        return registrations.all.filter { r in
+            (f.registrationID == nil || r.id == f.registrationID) && (f.destination == nil || r.destination == f.destination)
+                && (f.userHint == nil || r.userHint == f.userHint) && (f.user.map { Self.isUser(r, $0) } ?? true)
+        }
     }
 
     public func tokens(matching filter: RevocationFilter) async throws -> [(TokenKey, StoredToken)] {
         tokens.rows.withLock { rows in rows.filter { matches($0.key, filter) }.map { ($0.key, $0.value.token) } }
     }
 
-    public func revoke(_ filter: RevocationFilter) async throws -> Int {
-        guard !filter.isEmpty else { return 0 }
+    public func revoke(_ filter: RevocationFilter) async throws -> RevocationRemoval {
+        guard !filter.isEmpty else { return RevocationRemoval(removed: 0, registrations: []) }
         var removed = tokens.rows.withLock { rows in
             let gone = rows.keys.filter { matches($0, filter) }
             for key in gone { rows[key] = nil }
             return gone.count
         }
-        if let id = filter.registrationID?.uuidString.lowercased(), cookies.jars.withLock({ $0.removeValue(forKey: id)?.isEmpty == false }) {
+        let named = named(filter)
+        for record in named where cookies.jars.withLock({ $0.removeValue(forKey: record.idString)?.isEmpty == false }) {
             removed += 1
         }
-        return removed
+        return RevocationRemoval(removed: removed, registrations: named.map(\.id))
     }
 
     public func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent] {

@@ -45,7 +45,7 @@ import Testing
             "returnUrl must be 1 to 2048 bytes without control characters")
         Self.expect(
             AdministrationError.revocationOfEverything, .badRequest, .invalidRequest,
-            "name at least one of registrationId, destination, userHint, scopeKey: a revocation of everything is refused")
+            "name at least one of registrationId, destination, userHint, scopeKey, user: a revocation of everything is refused")
         Self.expect(
             SMPRegistrationError.answeredWithoutAPPCID, .badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
         Self.expect(SMPRegistrationError.credentialsRefused, .forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")

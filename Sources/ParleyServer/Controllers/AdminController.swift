@@ -7,7 +7,7 @@ struct AdminController: Sendable {
     let service: RegistrationService
     let maxJSONBytes: Int
 
-    /// `GET /admin/v1/registrations?destination=&userHint=&limit=&cursor=`
+    /// `GET /admin/v1/registrations?destination=&userHint=&issuer=&subject=&limit=&cursor=`
     @Sendable func registrations(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let page = try await administration.list(try RegistrationQuery(request.uri.queryParameters), admin: context.admin)
         return try JSONBody.response(.ok, ListPage(items: page.items.map(AdminRegistrationView.init), nextCursor: page.next?.encoded))
@@ -61,17 +61,19 @@ private func pageLimit(_ query: Parameters) throws(InvalidInput) -> Int {
 }
 
 extension RegistrationQuery {
-    /// `?destination=&userHint=&limit=&cursor=`, checked in that order.
+    /// `?destination=&userHint=&issuer=&subject=&limit=&cursor=`, checked in that order.
     init(_ query: Parameters) throws(InvalidInput) {
         let destination = try InvalidInput.checkedText(query.get("destination"), "destination")
         let userHint = try InvalidInput.checkedText(query.get("userHint"), "userHint")
+        let issuer = try InvalidInput.checkedText(query.get("issuer"), "issuer")
+        let subject = try InvalidInput.checkedText(query.get("subject"), "subject")
         let limit = try pageLimit(query)
         var after: RegistrationCursor?
         if let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor") {
             guard let decoded = RegistrationCursor(encoded: cursor) else { throw .cursor }
             after = decoded
         }
-        self.init(destination: destination, userHint: userHint, limit: limit, after: after)
+        self.init(destination: destination, userHint: userHint, issuer: issuer, subject: subject, limit: limit, after: after)
     }
 }
 
@@ -101,10 +103,17 @@ struct RevocationRequest: Decodable, Sendable {
     var destination: String?
     var userHint: String?
     var scopeKey: String?
+    /// Every registration of this user, on every destination.
+    var user: User?
     var upstream: Bool?
 
-    /// The typed revocation: `registrationId` a UUID, the other filters 1 to 2048 bytes
-    /// without control characters (checked in that order).
+    struct User: Decodable, Sendable {
+        var issuer: String
+        var subject: String
+    }
+
+    /// The typed revocation: `registrationId` a UUID, the other filters (and the user's
+    /// `issuer` and `subject`) 1 to 2048 bytes without control characters (checked in that order).
     func revocation() throws(InvalidInput) -> Revocation {
         var filter = RevocationFilter(destination: destination, userHint: userHint, scopeKey: scopeKey)
         if let registrationId {
@@ -114,6 +123,11 @@ struct RevocationRequest: Decodable, Sendable {
         _ = try InvalidInput.checkedText(destination, "destination")
         _ = try InvalidInput.checkedText(userHint, "userHint")
         _ = try InvalidInput.checkedText(scopeKey, "scopeKey")
+        if let user {
+            _ = try InvalidInput.checkedText(user.issuer, "user.issuer")
+            _ = try InvalidInput.checkedText(user.subject, "user.subject")
+            filter.user = UserReference(issuer: user.issuer, subject: user.subject)
+        }
         return Revocation(filter: filter, upstream: upstream == true)
     }
 }

@@ -3150,6 +3150,24 @@ public enum EmbeddedOpenAPI {
                     "description": "Only registrations with exactly this `userHint`."
                   },
                   {
+                    "name": "issuer",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "Only registrations whose `user.issuer` is exactly this (1 to 2048 bytes, no control characters)."
+                  },
+                  {
+                    "name": "subject",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "Only registrations whose `user.subject` is exactly this (1 to 2048 bytes, no control characters). With `issuer`: one user's registrations on every destination."
+                  },
+                  {
                     "name": "limit",
                     "in": "query",
                     "required": false,
@@ -3431,7 +3449,7 @@ public enum EmbeddedOpenAPI {
                 ],
                 "operationId": "adminRevoke",
                 "summary": "Revoke credentials",
-                "description": "Removes the matching tokens (and the registration's cookie jar when `registrationId` is given). Every instance stops using them within 1 s.",
+                "description": "Removes the matching tokens, and the cookie jars of the registrations named by `registrationId` or `user`. Every instance stops using them within 1 s.",
                 "security": [
                   {
                     "adminToken": []
@@ -4420,7 +4438,7 @@ public enum EmbeddedOpenAPI {
               },
               "RevocationRequest": {
                 "type": "object",
-                "description": "Removes the matching credentials: token rows, and the registration's cookie jar when `registrationId` is given. Every given filter must match. At least one of `registrationId`, `destination`, `userHint`, `scopeKey` is needed (a revocation of everything is refused with `400`). A `null` member is the same as an absent one.",
+                "description": "Removes the matching credentials: token rows, and the cookie jars of the registrations `registrationId` or `user` names (narrowed by `destination` and `userHint`). Every given filter must match. At least one of `registrationId`, `destination`, `userHint`, `scopeKey`, `user` is needed (a revocation of everything is refused with `400`). A `null` member is the same as an absent one.",
                 "properties": {
                   "registrationId": {
                     "type": [
@@ -4456,6 +4474,29 @@ public enum EmbeddedOpenAPI {
                     "minLength": 1,
                     "maxLength": 2048,
                     "description": "Non-empty, at most 2048 bytes."
+                  },
+                  "user": {
+                    "type": [
+                      "object",
+                      "null"
+                    ],
+                    "description": "Every registration of this user (`user.issuer` and `user.subject` of the registration object), on every destination: their token rows and cookie jars. Both members are needed, each 1 to 2048 bytes without control characters.",
+                    "required": [
+                      "issuer",
+                      "subject"
+                    ],
+                    "properties": {
+                      "issuer": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 2048
+                      },
+                      "subject": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 2048
+                      }
+                    }
                   },
                   "upstream": {
                     "type": [
@@ -4504,6 +4545,16 @@ public enum EmbeddedOpenAPI {
                     "properties": {
                       "scopeKey": {
                         "type": "string"
+                      }
+                    }
+                  },
+                  {
+                    "required": [
+                      "user"
+                    ],
+                    "properties": {
+                      "user": {
+                        "type": "object"
                       }
                     }
                   }

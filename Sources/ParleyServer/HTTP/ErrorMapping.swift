@@ -95,7 +95,7 @@ extension Problem {
     private static func mapping(_ error: AdministrationError) -> Problem {
         switch error {
         case .revocationOfEverything:
-            .invalid("name at least one of registrationId, destination, userHint, scopeKey: a revocation of everything is refused")
+            .invalid("name at least one of registrationId, destination, userHint, scopeKey, user: a revocation of everything is refused")
         }
     }
 

@@ -46,18 +46,37 @@ public struct AuditCursor: Sendable, Equatable {
     }
 }
 
-/// What the admin list asks for.
-public struct RegistrationQuery: Sendable {
+/// What the admin list asks for; every given member must match.
+public struct RegistrationQuery: Sendable, Equatable {
     public var destination: String?
     public var userHint: String?
+    /// The registration's user's issuer and subject (each on its own, or both).
+    public var issuer: String?
+    public var subject: String?
     public var limit: Int
     public var after: RegistrationCursor?
 
-    public init(destination: String? = nil, userHint: String? = nil, limit: Int, after: RegistrationCursor? = nil) {
+    public init(
+        destination: String? = nil, userHint: String? = nil, issuer: String? = nil, subject: String? = nil, limit: Int,
+        after: RegistrationCursor? = nil
+    ) {
         self.destination = destination
         self.userHint = userHint
+        self.issuer = issuer
+        self.subject = subject
         self.limit = limit
         self.after = after
+    }
+}
+
+/// A registration's user as administrators name it: issuer and subject.
+public struct UserReference: Sendable, Equatable {
+    public var issuer: String
+    public var subject: String
+
+    public init(issuer: String, subject: String) {
+        self.issuer = issuer
+        self.subject = subject
     }
 }
 
@@ -84,15 +103,35 @@ public struct RevocationFilter: Sendable, Equatable {
     public var destination: String?
     public var userHint: String?
     public var scopeKey: String?
+    /// Every registration of this user, on every destination (the other members still narrow it).
+    public var user: UserReference?
 
-    public init(registrationID: UUID? = nil, destination: String? = nil, userHint: String? = nil, scopeKey: String? = nil) {
+    public init(
+        registrationID: UUID? = nil, destination: String? = nil, userHint: String? = nil, scopeKey: String? = nil, user: UserReference? = nil
+    ) {
         self.registrationID = registrationID
         self.destination = destination
         self.userHint = userHint
         self.scopeKey = scopeKey
+        self.user = user
     }
 
-    public var isEmpty: Bool { registrationID == nil && destination == nil && userHint == nil && scopeKey == nil }
+    public var isEmpty: Bool { registrationID == nil && destination == nil && userHint == nil && scopeKey == nil && user == nil }
+
+    /// Whether the filter names registrations (by id or by user), whose cookie jars then go too.
+    public var namesRegistrations: Bool { registrationID != nil || user != nil }
+}
+
+/// What a revocation removed: credential records (token rows, cookie jars), and the
+/// registrations it named, whose cached state every instance must drop.
+public struct RevocationRemoval: Sendable, Equatable {
+    public var removed: Int
+    public var registrations: [UUID]
+
+    public init(removed: Int, registrations: [UUID]) {
+        self.removed = removed
+        self.registrations = registrations
+    }
 }
 
 /// An audit event as stored, with its id and time.
@@ -115,9 +154,11 @@ public protocol AdministrationRepository: Sendable {
     func tokenMetadata(registrationIDs: [UUID]) async throws -> [UUID: [TokenMetadata]]
     /// The tokens a filter matches, opened (for revocation at the upstream before they go).
     func tokens(matching filter: RevocationFilter) async throws -> [(TokenKey, StoredToken)]
-    /// Deletes the matching tokens, and the cookie jar when a registration is named, in
-    /// one transaction; returns how many credential records (token rows, jars) went.
-    func revoke(_ filter: RevocationFilter) async throws -> Int
+    /// Deletes the matching tokens, and the cookie jars of the registrations the filter names
+    /// (by id or by user, narrowed by its other members), in one transaction that tells every
+    /// instance to drop what it cached of them; returns how many credential records (token
+    /// rows, jars) went and which registrations were named.
+    func revoke(_ filter: RevocationFilter) async throws -> RevocationRemoval
     /// Newest first, at or after `since`, before the event id `before`.
     func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent]
 }

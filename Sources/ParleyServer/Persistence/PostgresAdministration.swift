@@ -22,6 +22,8 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
                 , (extract(epoch FROM created_at) * 1000000)::bigint AS created_us FROM registrations
                 WHERE (\(q.destination)::text IS NULL OR destination = \(q.destination))
                   AND (\(q.userHint)::text IS NULL OR user_hint = \(q.userHint))
+                  AND (\(q.issuer)::text IS NULL OR user_issuer = \(q.issuer))
+                  AND (\(q.subject)::text IS NULL OR user_subject = \(q.subject))
                   AND (\(afterMicros)::bigint IS NULL
                        OR (created_at, id) < (timestamptz 'epoch' + \(afterMicros)::bigint * interval '1 microsecond', \(afterID)::uuid))
                 ORDER BY created_at DESC, id DESC LIMIT \(q.limit)
@@ -58,6 +60,20 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
           AND (\(f.destination)::text IS NULL OR destination = \(f.destination))
           AND (\(f.scopeKey)::text IS NULL OR scope_key = \(f.scopeKey))
           AND (\(f.userHint)::text IS NULL OR registration_id IN (SELECT id FROM registrations WHERE user_hint = \(f.userHint)))
+          AND (\(f.user?.issuer)::text IS NULL OR registration_id IN (
+                SELECT id FROM registrations WHERE user_issuer = \(f.user?.issuer) AND user_subject = \(f.user?.subject)))
+        """
+    }
+
+    /// The registrations a filter names (by id or by user), narrowed by its other members
+    /// that describe a registration; nothing when it names none.
+    static func registrationCondition(_ f: RevocationFilter) -> SQL {
+        """
+        (\(f.registrationID)::uuid IS NOT NULL OR \(f.user?.issuer)::text IS NOT NULL)
+          AND (\(f.registrationID)::uuid IS NULL OR id = \(f.registrationID))
+          AND (\(f.destination)::text IS NULL OR destination = \(f.destination))
+          AND (\(f.userHint)::text IS NULL OR user_hint = \(f.userHint))
+          AND (\(f.user?.issuer)::text IS NULL OR (user_issuer = \(f.user?.issuer) AND user_subject = \(f.user?.subject)))
         """
     }
 
@@ -75,18 +91,24 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
         }
     }
 
-    public func revoke(_ filter: RevocationFilter) async throws -> Int {
-        guard !filter.isEmpty else { return 0 }
+    public func revoke(_ filter: RevocationFilter) async throws -> RevocationRemoval {
+        guard !filter.isEmpty else { return RevocationRemoval(removed: 0, registrations: []) }
         return try await store.withTransaction { connection in
             var removed = try await connection.execute("DELETE FROM tokens WHERE " + Self.tokenCondition(filter))
             // Every instance drops its cached tokens when this commits.
             try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: nil)))")
-            if let id = filter.registrationID,
-                try await connection.execute("DELETE FROM cookies WHERE registration_id = \(id)") > 0
-            {
-                removed += 1  // one jar
+            guard filter.namesRegistrations else { return RevocationRemoval(removed: removed, registrations: []) }
+            let named = try await connection.query("SELECT id FROM registrations WHERE " + Self.registrationCondition(filter)).map { try $0.uuid("id") }
+            let jars = try await connection.query(
+                "DELETE FROM cookies WHERE registration_id IN (SELECT id FROM registrations WHERE " + Self.registrationCondition(filter)
+                    + ") RETURNING registration_id")
+            removed += Set(try jars.map { try $0.uuid("registration_id") }).count  // one per jar
+            // … and every cached jar, manager and token of the named registrations.
+            for id in named {
+                try await connection.execute(
+                    "SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(registrationID: id)))")
             }
-            return removed
+            return RevocationRemoval(removed: removed, registrations: named)
         }
     }
 

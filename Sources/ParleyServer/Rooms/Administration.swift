@@ -117,12 +117,19 @@ struct Administration: Sendable {
                 if await !endpoint.revoke(token.accessToken, hint: "access_token") { failed += 1 }
             }
         }
-        let revoked = try await repository.revoke(filter)
-        if let id = filter.registrationID { await invalidation.changed(id) }
+        let removal = try await repository.revoke(filter)
+        let revoked = removal.removed
+        // This instance drops what it cached of them now; the store told the others with the commit.
+        for id in removal.registrations { invalidation.apply(.registration(id)) }
         var detail = ["admin": admin.name, "revoked": String(revoked)]
         if let id = filter.registrationID { detail["registrationId"] = id.uuidString.lowercased() }
         if let hint = filter.userHint { detail["userHint"] = hint }
         if let key = filter.scopeKey { detail["scopeKey"] = key }
+        if let user = filter.user {
+            detail["userIssuer"] = user.issuer
+            detail["userSubject"] = user.subject
+            detail["registrations"] = String(removal.registrations.count)
+        }
         if revocation.upstream {
             detail["upstreamAttempted"] = String(attempted)
             detail["upstreamFailed"] = String(failed)
