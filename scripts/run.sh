@@ -250,20 +250,20 @@ demo-client: OAuth2 client credentials (Parley gets the token itself)
 demo-oauth: OAuth2 authorization code (a person signs in in a browser)
   T=\$($reg '{"destination":"demo-oauth"}' $pick
   curl -s $public/v1/proxy/hello $auth
-  # → 401 interaction_required. Open its flow.url in a browser, sign in as
-  #   alice / wonderland; when the page says "Signed in", run the call again.
+  # → 401 interaction_required. Open its flow.url in a browser, press "Continue",
+  #   sign in as alice / wonderland; when the page says "Signed in", run the call again.
 
 demo-saml: SAML2 (the simulator's identity provider, back through /web/demo-saml/)
   T=\$($reg '{"destination":"demo-saml"}' $pick
   curl -s $public/v1/proxy/api/data $auth
-  # → 401 interaction_required. Open its flow.url in a browser, sign in as
-  #   alice / wonderland; when the page says "Signed in", run the call again.
+  # → 401 interaction_required. Open its flow.url in a browser, press "Continue",
+  #   sign in as alice / wonderland; when the page says "Signed in", run the call again.
 
 demo-otp: Basic, then a one-time passcode
   T=\$($reg '{"destination":"demo-otp",$alice}' $pick
   curl -s $public/v1/proxy/api/data $auth
-  # → 401 interaction_required. Open its flow.url in a browser and type the
-  #   passcode this prints (it changes every 30 s):
+  # → 401 interaction_required. Open its flow.url in a browser, press "Continue"
+  #   and type the passcode this prints (it changes every 30 s):
   curl -s '$sim/control/otp/code?user=alice'
   #   When the page says "Signed in", run the call again.
 

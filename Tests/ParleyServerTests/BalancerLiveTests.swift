@@ -194,11 +194,12 @@ import UpstreamSimulator
         #expect(flowURL.hasPrefix(publicURL + "/flows/\(flowID)?k="), "flow URLs carry the public prefix: \(flowURL)")
 
         // The thin client long-polls first (through nginx, so round robin sends it to the next
-        // instance); the browser's start page and the callback then take the two after it.
+        // instance); the browser's start page, its confirmation and the callback then take the
+        // three after it (the callback the long-poll's instance again).
         let polling = ContinuousClock.now
         async let waited = client.call("GET", "/v1/flows/\(flowID)?wait=30", token: token)
         try await ChromeDriver.withSession(arguments: ChromeDriver.defaultBrowserArguments + ["--ignore-certificate-errors"]) { browser in
-            try await browser.navigate(to: flowURL)
+            try await browser.openFlow(flowURL)
             let user = try await browser.findElement(css: "#username")
             let authorize = try await browser.currentURL()
             #expect(authorize.hasPrefix(simulatorURL + "/oauth/authorize?"), "\(authorize)")
@@ -225,16 +226,21 @@ import UpstreamSimulator
             instances.indices.filter { Self.count(instances[$0].log, route: route) > 0 }
         }
         try await poll(within: .seconds(5), "the flow's requests in the instances' logs") {
-            ["/flows/{id}", "/callback/oauth2", "/v1/flows/{id}"].allSatisfy { !servedBy($0).isEmpty }
+            ["/flows/{id}", "/flows/{id}/confirm", "/callback/oauth2", "/v1/flows/{id}"].allSatisfy { !servedBy($0).isEmpty }
         }
         let page = servedBy("/flows/{id}")
+        let confirmation = servedBy("/flows/{id}/confirm")
         let callback = servedBy("/callback/oauth2")
         let poll = servedBy("/v1/flows/{id}")
-        #expect(page.count == 1 && callback.count == 1 && poll.count == 1, "start page \(page), callback \(callback), long-poll \(poll)")
-        if let page = page.first, let callback = callback.first, let poll = poll.first {
-            #expect(page != callback, "the start page and the callback hit the same instance")
-            #expect(poll != page && poll != callback, "the long-poll was not answered by a third instance")
-            print("[measured] balancer: start page on instance \(page), callback on \(callback), long-poll on \(poll)")
+        #expect(
+            page.count == 1 && confirmation.count == 1 && callback.count == 1 && poll.count == 1,
+            "start page \(page), confirmation \(confirmation), callback \(callback), long-poll \(poll)")
+        if let page = page.first, let confirmation = confirmation.first, let callback = callback.first, let poll = poll.first {
+            #expect(page != confirmation, "the start page and its confirmation hit the same instance")
+            #expect(confirmation != callback, "the confirmation and the callback hit the same instance")
+            #expect(poll != page && poll != confirmation, "the long-poll was answered by the instance of the page or its confirmation")
+            print(
+                "[measured] balancer: start page on instance \(page), confirmation on \(confirmation), callback on \(callback), long-poll on \(poll)")
         }
     }
 
@@ -395,9 +401,13 @@ import UpstreamSimulator
     /// An authorization-code flow finished by hand: the start page and the callback through the
     /// balancer, the login form posted to the simulator's authorization server.
     static func complete(_ flowURL: String, client: BalancerClient, simulatorPort: Int) async throws {
-        let start = try await client.call("GET", String(flowURL.dropFirst(client.base.count)))
-        #expect(start.status == 302)
-        let authorize = try #require(start.headers["Location"])
+        let target = String(flowURL.dropFirst(client.base.count))
+        let page = try await client.call("GET", target)
+        let form = try #require(ConfirmationForm(status: page.status, setCookies: page.headers.values("Set-Cookie"), body: page.body))
+        let start = try await client.call("POST", ConfirmationForm.target(beside: target), headers: form.headers, body: form.body)
+        #expect(start.status == 200)
+        let refresh = try #require(start.headers["Refresh"])
+        let authorize = String(refresh.dropFirst("0; url=".count))
         let query = try #require(authorize.split(separator: "?", maxSplits: 1).last.map(String.init))
         let login = try await RawHTTP.request(
             port: simulatorPort, method: "POST", target: "/oauth/authorize", headers: [("Content-Type", "application/x-www-form-urlencoded")],
@@ -483,8 +493,11 @@ final class BalancerClient: Sendable {
         self.ca = ca
     }
 
-    func call(_ method: String, _ path: String, token: String? = nil, json: String? = nil, body: [UInt8] = []) async throws -> Answer {
+    func call(
+        _ method: String, _ path: String, token: String? = nil, json: String? = nil, headers extra: [(String, String)] = [], body: [UInt8] = []
+    ) async throws -> Answer {
         var headers = HeaderFields()
+        for (name, value) in extra { headers.append(name, value) }
         if let token { headers.append("Authorization", "Bearer \(token)") }
         var bytes = body
         if let json {

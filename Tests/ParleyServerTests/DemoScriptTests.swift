@@ -194,21 +194,21 @@ import Testing
         let codeLine = try #require(otp.calls.first { $0.contains("/control/otp/code") })
 
         try await ChromeDriver.withSession { browser in
-            try await browser.navigate(to: oauthFlow)
+            try await browser.openFlow(oauthFlow)
             _ = try await browser.waitForURL(prefix: simulator + "/oauth/authorize")
             let login = try await browser.pageSource()
             #expect(login.contains("demo-hint") && login.contains("alice") && login.contains("wonderland"), "\(login.prefix(800))")
             try await Self.signIn(browser)
             try await Self.expectSignedIn(browser, flowURL: oauthFlow)
 
-            try await browser.navigate(to: samlFlow)
+            try await browser.openFlow(samlFlow)
             _ = try await browser.waitForURL(prefix: simulator + "/idp/")
             let idp = try await browser.pageSource()
             #expect(idp.contains("demo-hint") && idp.contains("wonderland"), "\(idp.prefix(800))")
             try await Self.signIn(browser)
             try await Self.expectSignedIn(browser, flowURL: samlFlow)
 
-            try await browser.navigate(to: otpFlow)
+            try await browser.openFlow(otpFlow)
             _ = try await browser.waitForURL(prefix: base + "/web/demo-otp/otp")
             let form = try await browser.pageSource()
             #expect(form.contains(simulator + "/control/otp/code?user=alice"), "the OTP form does not say where the passcode is: \(form.prefix(800))")

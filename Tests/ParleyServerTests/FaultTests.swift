@@ -45,9 +45,8 @@ import UpstreamSimulator
 
             // The thin client long-polls A; the browser opens the flow on A and is sent on to the AS.
             async let orphanedPoll = Self.request(a, "GET", "/v1/flows/\(flowID)?wait=30", token: token)
-            let start = try await Self.request(a, "GET", try Self.path(of: flowURL))
-            #expect(start.status == 302)
-            let authorize = try #require(start.header("Location"))
+            let start = try await ConfirmationForm.confirm(port: a.port, target: try Self.path(of: flowURL))
+            let authorize = try #require(start.onward)
             #expect(authorize.hasPrefix(simulatorURL + "/oauth/authorize?"))
             let query = try #require(authorize.split(separator: "?", maxSplits: 1).last.map(String.init))
             let loginPage = try await RawHTTP.request(port: simulatorPort, method: "GET", target: "/oauth/authorize?" + query)
@@ -241,8 +240,8 @@ import UpstreamSimulator
                 let token = try #require(created.json?["clientToken"] as? String)
                 let flow = try await Self.request(parley, "POST", "/v1/flows", token: token, json: "{}")
                 let flowURL = try #require(flow.json?["url"] as? String)
-                let start = try await Self.request(parley, "GET", try Self.path(of: flowURL))
-                let authorize = try #require(start.header("Location"))
+                let start = try await ConfirmationForm.confirm(port: parley.port, target: try Self.path(of: flowURL))
+                let authorize = try #require(start.onward)
                 let query = try #require(authorize.split(separator: "?", maxSplits: 1).last.map(String.init))
                 let login = try await RawHTTP.request(
                     port: simulatorPort, method: "POST", target: "/oauth/authorize",

@@ -140,8 +140,8 @@ import Testing
                 #expect(try await RawHTTP.request(port: fixture.idpPort, method: "GET", target: ssoTarget).status == 400)
 
                 try await ChromeDriver.withSession { browser in
-                    try await browser.navigate(to: flowURL)
-                    // The start page opened the finish endpoint; the SP sent the browser to the IdP.
+                    try await browser.openFlow(flowURL)
+                    // Once confirmed, the start page opened the finish endpoint; the SP sent the browser to the IdP.
                     let user = try await browser.findElement(css: "#username")
                     #expect(try await browser.currentURL().hasPrefix("http://127.0.0.1:\(fixture.idpPort)/"))
                     if screenshots { try await Self.screenshot(browser, "saml2-identity-provider") }
@@ -174,16 +174,33 @@ import Testing
         var options = LiveOptions()
         options.logs = logs
         options.fixedPorts = true
-        try await withLiveParley(destinations: { [DestinationSpec(name: "sim", url: $0, basic: .init(form: true))] }, options: options) {
-            live in
-            let (_, token) = try await live.register("sim", credentials: false)
+        let destination: @Sendable (String) -> [DestinationSpec] = { url in
+            var spec = DestinationSpec(name: "sim", url: url, basic: .init(form: true))
+            spec.displayName = "Simulated Sales (SMP)"
+            return [spec]
+        }
+        try await withLiveParley(destinations: destination, options: options) { live in
+            let device: [String: Any] = ["deviceType": "iPhone", "deviceModel": "iPhone 15 Pro", "userHint": "alice@example.com"]
+            let (_, token) = try await live.register("sim", credentials: false, extra: device)
             let challenged = try await live.request("GET", "/v1/proxy/api/data", token: token)
             #expect(challenged.status == 401)
             let flow = try #require(challenged.json?["flow"] as? [String: Any])
             #expect(flow["kind"] as? String == "basic")
             let flowID = try #require(flow["id"] as? String)
+            let flowURL = try #require(flow["url"] as? String)
             try await ChromeDriver.withSession { browser in
-                try await browser.navigate(to: try #require(flow["url"] as? String))
+                // The flow URL first says who asked for the sign-in; its button goes on.
+                try await browser.navigate(to: flowURL)
+                let button = try await browser.findElement(css: "[data-parley-confirm] button")
+                let confirmation = try await browser.pageSource()
+                for shown in ["Simulated Sales (SMP)", "iPhone", "iPhone 15 Pro", "alice@example.com", "just now"] {
+                    #expect(confirmation.contains(shown), "\(shown)")
+                }
+                #expect(try await browser.currentURL() == flowURL)
+                try await Self.screenshot(browser, "flow-confirmation")
+                try await browser.click(button)
+                _ = try await browser.findElement(css: "#username")
+                #expect(try await browser.pageSource().contains("Sign in to Simulated Sales (SMP)"))
                 try await Self.screenshot(browser, "basic-form")
                 try await browser.sendKeys("alice", to: try await browser.findElement(css: "#username"))
                 try await browser.sendKeys("not-the-password", to: try await browser.findElement(css: "#password"))

@@ -125,11 +125,10 @@ import Testing
             let token = try await Self.register(client, "sp")
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
 
-            // The start page binds the browser and opens the finish endpoint first.
-            let binding = try await client.execute(uri: start, method: .get) { response in
-                #expect(response.status == .seeOther)
-                #expect(response.headers[.location] == "https://parley.example/web/sp/SAMLAuthLauncher")
-                let setCookie = response.headers[values: .setCookie].first ?? ""
+            // The start page (once confirmed) binds the browser and opens the finish endpoint first.
+            let binding = try await FlowConfirmationRouterTests.confirm(client, start) { response in
+                #expect(FlowConfirmationRouterTests.onward(response) == "https://parley.example/web/sp/SAMLAuthLauncher")
+                let setCookie = response.headers[values: .setCookie].first { $0.hasPrefix("parley_flow=") } ?? ""
                 for attribute in ["Path=/web/sp/", "HttpOnly", "Secure", "SameSite=None", "Max-Age=600"] {
                     #expect(setCookie.contains(attribute), "\(attribute)")
                 }
@@ -201,7 +200,7 @@ import Testing
         try await Self.withRouter(upstream, clock: clock) { client in
             let token = try await Self.register(client, "sp")
             let (_, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let browser: HTTPFields = [.cookie: try await client.execute(uri: start, method: .get) { Self.cookie($0) }]
+            let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, start) { Self.cookie($0) }]
             let before = upstream.count
             // Only the destination's own URL is reachable: escapes are refused as pages.
             for path in ["/web/sp/%2e%2e/admin", "/web/sp/a/..;x/b", "/web/sp/a%2fb", "/web/sp//evil.example/x", "/web/sp/%0d%0aX:1"] {
@@ -226,7 +225,7 @@ import Testing
         try await Self.withRouter(upstream, flows: flows) { client in
             let token = try await Self.register(client, "sp")
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let browser: HTTPFields = [.cookie: try await client.execute(uri: start, method: .get) { Self.cookie($0) }]
+            let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, start) { Self.cookie($0) }]
             try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x")) { response in
                 #expect(response.status == .found)
                 #expect(response.headers[.location] == "https://parley.example/web/sp/otp?redirecttooriginalurl=false")
@@ -264,13 +263,12 @@ import Testing
             let token = try await Self.register(client, "sp")
             // First the SAML sign-in, to reach the second factor.
             let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let samlBrowser: HTTPFields = [.cookie: try await client.execute(uri: samlStart, method: .get) { Self.cookie($0) }]
+            let samlBrowser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, samlStart) { Self.cookie($0) }]
             _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: samlBrowser, body: ByteBuffer(string: "SAMLResponse=x"))
             // Now the API call meets the OTP challenge on its own: an otp flow.
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
-            let (k, binding) = try await client.execute(uri: start, method: .get) { response in
-                #expect(response.status == .seeOther)
-                #expect(response.headers[.location] == "https://parley.example/web/sp/otp?redirecttooriginalurl=false")
+            let (k, binding) = try await FlowConfirmationRouterTests.confirm(client, start) { response in
+                #expect(FlowConfirmationRouterTests.onward(response) == "https://parley.example/web/sp/otp?redirecttooriginalurl=false")
                 return (String(start.split(separator: "k=").last ?? ""), Self.cookie(response))
             }
             #expect(!binding.isEmpty)
@@ -299,7 +297,7 @@ import Testing
         try await Self.withRouter(upstream) { client in
             let token = try await Self.register(client, "sp")
             let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let browser: HTTPFields = [.cookie: try await client.execute(uri: samlStart, method: .get) { Self.cookie($0) }]
+            let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, samlStart) { Self.cookie($0) }]
             _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x"))
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
             let k = String(start.split(separator: "k=").last ?? "")
@@ -320,7 +318,7 @@ import Testing
             let token = try await Self.register(client, "form")
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api", kind: "basic")
             let k = String(start.split(separator: "k=").last ?? "")
-            try await client.execute(uri: start, method: .get) { response in
+            try await FlowConfirmationRouterTests.confirm(client, start) { response in
                 #expect(response.status == .ok)
                 let page = String(buffer: response.body)
                 #expect(page.contains("<label for=\"username\">") && page.contains("type=\"password\""))

@@ -138,15 +138,15 @@ import UpstreamSimulator
 
             async let waited = live.request("GET", "/v1/flows/\(flowID)?wait=30", token: token)
 
-            let start = try await RawHTTP.request(port: live.port, method: "GET", target: String(flowURL.dropFirst(live.baseURL.count)))
+            let start = try await ConfirmationForm.confirm(port: live.port, target: String(flowURL.dropFirst(live.baseURL.count)))
             responses.append(start)
-            #expect(start.status == 302)
+            #expect(start.status == 200)
             #expect(start.header("Cache-Control") == "no-store")
             #expect(start.header("Content-Security-Policy")?.contains("frame-ancestors 'none'") == true)
-            #expect(start.header("Location")?.contains("code_challenge_method=S256") == true)
+            #expect(start.onward?.contains("code_challenge_method=S256") == true)
 
             try await ChromeDriver.withSession { browser in
-                try await browser.navigate(to: flowURL)
+                try await browser.openFlow(flowURL)
                 let user = try await browser.findElement(css: "#username")
                 try await browser.sendKeys("alice", to: user)
                 try await browser.sendKeys("wonderland", to: try await browser.findElement(css: "#password"))
@@ -206,8 +206,8 @@ import UpstreamSimulator
 
     /// Completes a flow by hand (no browser) through `instance`, returning the callback's answer.
     static func completeWithoutBrowser(_ instance: LiveParley, flowURL: String, baseURL: String) async throws -> (RawHTTPResponse, String) {
-        let start = try await RawHTTP.request(port: instance.port, method: "GET", target: String(flowURL.dropFirst(baseURL.count)))
-        let authorize = try #require(start.header("Location"))
+        let start = try await ConfirmationForm.confirm(port: instance.port, target: String(flowURL.dropFirst(baseURL.count)))
+        let authorize = try #require(start.onward)
         let query = String(authorize[authorize.index(after: authorize.firstIndex(of: "?")!)...])
         let form = query + "&username=alice&password=wonderland"
         let login = try await RawHTTP.request(
@@ -303,9 +303,9 @@ import UpstreamSimulator
             #expect(foreign.status == 400)
             #expect(foreign.json?["code"] as? String == "invalid_request")
 
-            // The start page never redirects anywhere but the configured authorization endpoint.
-            let start = try await live.request("GET", String(flowURL.dropFirst(live.baseURL.count)))
-            #expect(start.header("Location")?.hasPrefix("http://127.0.0.1:\(live.simulatorPort)/oauth/authorize?") == true)
+            // The start page never sends the browser anywhere but the configured authorization endpoint.
+            let start = try await ConfirmationForm.confirm(port: live.port, target: String(flowURL.dropFirst(live.baseURL.count)))
+            #expect(start.onward?.hasPrefix("http://127.0.0.1:\(live.simulatorPort)/oauth/authorize?") == true)
 
             // Expiry.
             clock.advance(by: .seconds(601))

@@ -174,9 +174,8 @@ import UpstreamSimulator
             #expect(challenged.status == 401)
             let flowURL = try #require(challenged.header("Parley-Flow"))
             let flowID = try #require((challenged.json?["flow"] as? [String: Any])?["id"] as? String)
-            let started = try await Self.request(port, "GET", Self.target(of: flowURL))
-            #expect([302, 303].contains(started.status), "\(started.text)")
-            let authorize = try #require(started.header("Location"))
+            let started = try await ConfirmationForm.confirm(port: port, target: Self.target(of: flowURL))
+            let authorize = try #require(started.onward, "\(started.status) \(started.text)")
 
             let before = try await Self.keyIDs(store)
             for table in ["registrations", "tokens", "cookies", "flows"] {

@@ -84,7 +84,7 @@ import Testing
             "POST /v1/registrations", "GET /v1/registrations/me", "DELETE /v1/registrations/me",
             "POST /v1/flows", "GET /v1/flows/{id}",
             "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
-            "POST /flows/{id}/credentials",
+            "POST /flows/{id}/credentials", "POST /flows/{id}/confirm",
             "GET /admin/v1/registrations", "GET /admin/v1/registrations/{id}", "DELETE /admin/v1/registrations/{id}",
             "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit",
         ]
@@ -138,6 +138,7 @@ import Testing
                 ("/v1/flows", .get, "POST"), ("/v1/flows/\(id)", .delete, "GET"),
                 ("/flows/\(id)", .post, "GET"), ("/flows/\(id)/done", .post, "GET"), ("/callback/oauth2", .post, "GET"),
                 ("/callback/otp", .delete, "GET, POST"), ("/flows/\(id)/credentials", .get, "POST"),
+                ("/flows/\(id)/confirm", .get, "POST"),
                 ("/web/sim/x", .trace, "DELETE, GET, HEAD, MERGE, OPTIONS, PATCH, POST, PUT"),
                 ("/admin/v1/registrations/\(id)", .post, "DELETE, GET"), ("/admin/v1/revocations", .get, "POST"),
                 ("/admin/v1/audit", .post, "GET"), ("/admin/v1/registrations", .delete, "GET"),
@@ -296,9 +297,8 @@ import Testing
             let start = String(url.dropFirst("https://parley.example".count))
             let id = try #require(flow["id"] as? String)
 
-            try await client.execute(uri: start, method: .get) { response in
-                #expect(response.status == .found)
-                let location = try #require(response.headers[.location])
+            try await FlowConfirmationRouterTests.confirm(client, start) { response in
+                let location = try #require(FlowConfirmationRouterTests.onward(response))
                 #expect(location.hasPrefix("https://as.example/authorize?response_type=code&client_id=parley"))
                 #expect(location.contains("code_challenge_method=S256"))
                 #expect(location.contains("redirect_uri=https%3A%2F%2Fparley.example%2Fcallback%2Foauth2"))

@@ -111,7 +111,8 @@ import UpstreamSimulator
             // the long-poll with its answer (still pending) rather than a socket error.
             async let waited = a.request("GET", "/v1/flows/\(flowID)?wait=28", token: token)
             try await ChromeDriver.withSession { browser in
-                try await browser.navigate(to: onB)
+                try await browser.openFlow(onB)
+                _ = try await browser.findElement(css: "#username")
                 #expect(try await browser.currentURL().contains("/idp/"))
                 let challenges = a.simulator.saml.authnRequestsIssued
                 try await Self.signIn(browser)
@@ -152,7 +153,8 @@ import UpstreamSimulator
             #expect(flow["kind"] as? String == "saml2")
             let flowID = try #require(flow["id"] as? String)
             try await ChromeDriver.withSession { browser in
-                try await browser.navigate(to: try #require(flow["url"] as? String))
+                try await browser.openFlow(try #require(flow["url"] as? String))
+                _ = try await browser.findElement(css: "#username")
                 let challenges = live.simulator.saml.authnRequestsIssued
                 try await Self.signIn(browser)
                 // The second factor follows in the same browser flow, through the web path.
@@ -195,10 +197,9 @@ import UpstreamSimulator
             let flowID = try #require(flow["id"] as? String)
             let url = try #require(flow["url"] as? String)
             let secret = try #require(url.split(separator: "k=").last.map(String.init))
-            // The start page opens the OTP form, with the additional parameters, in the web path.
-            let start = try await live.request("GET", String(url.dropFirst(live.baseURL.count)))
-            #expect(start.status == 303)
-            #expect(start.header("Location") == live.baseURL + "/web/botp/otp?redirecttooriginalurl=false")
+            // The start page (once confirmed) opens the OTP form, with the additional parameters, in the web path.
+            let start = try await ConfirmationForm.confirm(port: live.port, target: String(url.dropFirst(live.baseURL.count)))
+            #expect(start.onward == live.baseURL + "/web/botp/otp?redirecttooriginalurl=false")
 
             let wrong = try await live.request("GET", "/callback/otp?flow=\(flowID)&k=\(secret)&passcode=000001")
             #expect(wrong.status == 400)
@@ -227,8 +228,9 @@ import UpstreamSimulator
             let flow2 = try #require(try await live.request("GET", "/v1/proxy/api/data", token: second).json?["flow"] as? [String: Any])
             try await ChromeDriver.withSession { one in
                 try await ChromeDriver.withSession { two in
-                    try await one.navigate(to: try #require(flow1["url"] as? String))
-                    try await two.navigate(to: try #require(flow2["url"] as? String))
+                    try await one.openFlow(try #require(flow1["url"] as? String))
+                    try await two.openFlow(try #require(flow2["url"] as? String))
+                    _ = try await two.findElement(css: "#username")
                     try await Self.signIn(one)
                     _ = try await one.waitForURL(prefix: live.baseURL + "/flows/\(flow1["id"] as? String ?? "")/done")
                     // The second browser is still at the IdP, its flow pending.

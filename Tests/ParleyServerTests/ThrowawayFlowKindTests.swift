@@ -97,7 +97,7 @@ struct ConsentFlow: FlowKindHandler {
 
             // The start page keeps the kind's own state between openings, sealed in the row.
             for expected in 1...2 {
-                try await client.execute(uri: path, method: .get) { response in
+                try await FlowConfirmationRouterTests.confirm(client, path) { response in
                     #expect(response.status == .ok)
                     #expect(String(buffer: response.body).contains("data-consent-views=\"\(expected)\""))
                 }

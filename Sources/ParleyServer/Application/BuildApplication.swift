@@ -176,6 +176,7 @@ func compose(
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
+            confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL),
             publicOrigin: URLParts(configuration.server.publicURL)?.origin),
         proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
         proxyAdmission: ProxyAdmission(

@@ -49,6 +49,7 @@ func addRoutes(
 
     // Browsers: the hosted pages every flow shares, then each flow kind's own routes.
     router.get("/flows/{id}", use: c.flowPages.start)
+    router.post("/flows/{id}/confirm", use: c.flowPages.confirm)
     router.get("/flows/{id}/done", use: c.flowPages.done)
     for route in c.flowRoutes {
         for method in route.methods { router.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }

@@ -5,9 +5,11 @@ import Hummingbird
 import ParleyCrypto
 import ParleyEncoding
 
-/// The hosted pages every flow shares: `GET /flows/{id}?k=…` (checks the secret, then
-/// the flow's kind takes the browser on) and `GET /flows/{id}/done`; and the HTTP side of
-/// every kind's own routes: their input decoded (`FlowInput`), their `FlowPage` rendered.
+/// The hosted pages every flow shares: `GET /flows/{id}?k=…` (checks the secret; then the
+/// confirmation page for a registration without a verified user, whose `POST /flows/{id}/confirm`
+/// lets the flow's kind take the browser on, as it does at once for a verified user) and
+/// `GET /flows/{id}/done`; and the HTTP side of every kind's own routes: their input decoded
+/// (`FlowInput`), their `FlowPage` rendered.
 struct FlowPagesController: Sendable {
     /// A kind's form post or callback carries a few short fields, never more than this.
     static let maxFormBytes = 16 * 1024
@@ -16,6 +18,7 @@ struct FlowPagesController: Sendable {
     let kinds: FlowKinds
     let registrations: any RegistrationRepository
     let conversations: Conversations
+    let confirmation: FlowConfirmation
     /// Parley's own origin: a `sameOriginForm` post must come from it.
     let publicOrigin: String?
 
@@ -31,10 +34,41 @@ struct FlowPagesController: Sendable {
             else { return .failure(.notFound("this flow cannot be started here")) }
             return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
         }
+            // Nothing leaves Parley on a GET of the flow URL until a person confirms.
+            if confirmation.isNeeded(for: registration) {
+                return confirmation.page(flow, secret: secret, registration: registration, destination: destination)
+            }
     }
 
     /// The end page; with an allowed `returnUrl`, a `303` back to the app.
     @Sendable func done(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+    /// `POST /flows/{id}/confirm`: the confirmation page's button. Only from Parley's own page,
+    /// with the flow's secret and the page's token (which must match this browser's cookie);
+    /// then the flow goes on as its start page goes for a verified user.
+    @Sendable func confirm(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        await Self.rendering {
+            guard Self.isSameOrigin(request, publicOrigin: publicOrigin) else {
+                return .failure(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
+            }
+            let body = try await request.body.collect(upTo: Self.maxFormBytes)
+            let input = FlowInput(id: context.parameters.get("id"), fields: PercentEncoding.decodeForm(String(buffer: body)) ?? [])
+            let access = try await flows.browserAccess(id: input.id, secret: input.value("k"))
+            guard case .pending(let flow) = access, let secret = input.value("k") else {
+                if case .answered(let page) = access { return page }
+                return .failure(.notFound("no such sign-in, or the link is not valid"))
+            }
+            let cookie = request.cookies[FlowConfirmation.cookieName]?.value
+            guard confirmation.accepts(token: input.value("token"), cookie: cookie, flow: flow) else {
+                context.logger.info("flow confirmation refused: no valid page token", metadata: ["flow.id": .string(flow.idString)])
+                return .failure(Problem(.forbidden, .forbidden, "this confirmation is not valid; open the sign-in link again"))
+            }
+            guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
+                let destination = try? conversations.destination(of: registration)
+            else { return .failure(.notFound("this flow cannot be started here")) }
+            return try await handler.start(flow, secret: secret, registration: registration, destination: destination).answeringPost
+        }
+    }
+
         await Self.rendering {
             guard let uuid = UUID(uuidString: context.parameters.get("id") ?? ""), let flow = try await flows.current(uuid) else {
                 return .failure(.notFound("no such flow"))

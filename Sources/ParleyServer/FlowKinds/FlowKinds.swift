@@ -16,6 +16,20 @@ enum FlowPage: Sendable {
     case message(HTTPResponse.Status, title: String, message: String, attributes: [String: String])
     /// A failure, shown as an HTML page with the problem's status and code.
     case failure(Problem)
+    /// Who asked for this sign-in, and one button that continues it (`FlowConfirmation`).
+    case confirmation(ConfirmationPage, cookies: [String])
+    /// Onward to `location` after a form post, setting `cookies`: a `200` page the browser leaves
+    /// at once (`Refresh: 0`, and a link). A redirect answering a post would be held to the
+    /// page's `form-action 'self'` by browsers, all the way to the authorization server or IdP.
+    case onward(String, cookies: [String])
+}
+
+extension FlowPage {
+    /// This page as the answer to a form post: a redirect becomes `onward`.
+    var answeringPost: FlowPage {
+        guard case .redirect(let location, _, let cookies) = self else { return self }
+        return .onward(location, cookies: cookies)
+    }
 }
 
 /// What a browser sent to a flow kind's route, already decoded by the controller: the

@@ -1300,7 +1300,7 @@ public enum EmbeddedOpenAPI {
                 ],
                 "operationId": "flowStartPage",
                 "summary": "Flow start page (the flow URL)",
-                "description": "Opened by the user's browser. What happens depends on the flow's kind: `oauth2` redirects to the authorization endpoint (PKCE S256, a fresh `state`); `saml2` and `otp` bind the browser with the `parley_flow` cookie and redirect into `/web/{destination}/…`; `basic` shows a credentials form.",
+                "description": "Opened by the user's browser. For a registration without a verified user (`user.verified` is not `true`) it is the confirmation page: it shows who asked for the sign-in (the destination's `displayName`, `deviceType`, `deviceModel`, `userHint`, how long ago the flow started) and one button, in a form carrying `data-parley-confirm` that posts to `/flows/{id}/confirm`; nothing else happens, and no upstream, identity provider or authorization server is contacted. For a registration with a verified user the flow goes on at once, by its kind: `oauth2` redirects to the authorization endpoint (PKCE S256, a fresh `state`); `saml2` and `otp` bind the browser with the `parley_flow` cookie and redirect into `/web/{destination}/…`; `basic` shows a credentials form.",
                 "security": [],
                 "parameters": [
                   {
@@ -1325,10 +1325,17 @@ public enum EmbeddedOpenAPI {
                 ],
                 "responses": {
                   "200": {
-                    "description": "The `basic` flow's credentials form (posting to `/flows/{id}/credentials`).",
+                    "description": "The confirmation page (a registration without a verified user), or, for a verified user, the `basic` flow's credentials form (posting to `/flows/{id}/credentials`).",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "Set-Cookie": {
+                        "description": "The confirmation page only: `parley_confirm=<nonce>; Path=<public path>/flows/{id}/confirm; Max-Age=<until the flow expires>; HttpOnly; SameSite=Strict` (`; Secure` when the public URL is https): the page's token is good only with this browser's cookie.",
+                        "required": false,
+                        "schema": {
+                          "type": "string"
+                        }
                       }
                     },
                     "content": {
@@ -1340,7 +1347,7 @@ public enum EmbeddedOpenAPI {
                     }
                   },
                   "302": {
-                    "description": "`oauth2`: to the destination's `authorizationEndpoint` with `response_type=code`, `client_id`, `redirect_uri`, `state`, `code_challenge`, `code_challenge_method=S256` and `scope` (when configured).",
+                    "description": "A registration with a verified user: `oauth2`: to the destination's `authorizationEndpoint` with `response_type=code`, `client_id`, `redirect_uri`, `state`, `code_challenge`, `code_challenge_method=S256` and `scope` (when configured).",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
@@ -1351,7 +1358,7 @@ public enum EmbeddedOpenAPI {
                     }
                   },
                   "303": {
-                    "description": "`saml2`/`otp`: into the web path (the finish endpoint, or the OTP form), with the binding cookie; or, for a completed or failed flow, to `/flows/{id}/done`.",
+                    "description": "A registration with a verified user, `saml2`/`otp`: into the web path (the finish endpoint, or the OTP form), with the binding cookie; or, for a completed or failed flow, to `/flows/{id}/done`.",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
@@ -1385,6 +1392,189 @@ public enum EmbeddedOpenAPI {
                   },
                   "410": {
                     "description": "An HTML page (`data-parley-error=\"flow_expired\"` on `<body>`): the flow has expired.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  },
+                  "500": {
+                    "description": "An HTML page (`data-parley-error=\"internal_error\"` on `<body>`): an unexpected failure.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "503": {
+                    "description": "An HTML page (`data-parley-error=\"store_unavailable\"` on `<body>`): the database is unreachable.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            },
+            "/flows/{id}/confirm": {
+              "post": {
+                "tags": [
+                  "browser"
+                ],
+                "operationId": "flowConfirmation",
+                "summary": "The confirmation page's button",
+                "description": "Continues a pending flow as its start page does for a registration with a verified user (the kind's start: PKCE and `state` for `oauth2`, the binding cookie for `saml2`/`otp`, the credentials form for `basic`). Accepted only from Parley's own page (a request from another origin, by `Origin` or `Sec-Fetch-Site: cross-site`/`same-site`, is refused), with the flow's secret and the page's `token`, which is good only for this flow and together with the `parley_confirm` cookie that page set in this browser. A refused post moves nothing. A redirect is answered as a `200` page with `Refresh: 0; url=<location>` and a link, since browsers hold the redirects that follow a form post to the page's `form-action 'self'`.",
+                "security": [],
+                "parameters": [
+                  {
+                    "name": "id",
+                    "in": "path",
+                    "required": true,
+                    "schema": {
+                      "type": "string",
+                      "format": "uuid"
+                    },
+                    "description": "The flow id."
+                  }
+                ],
+                "requestBody": {
+                  "required": true,
+                  "content": {
+                    "application/x-www-form-urlencoded": {
+                      "schema": {
+                        "type": "object",
+                        "required": [
+                          "k",
+                          "token"
+                        ],
+                        "properties": {
+                          "k": {
+                            "type": "string",
+                            "description": "The flow's secret."
+                          },
+                          "token": {
+                            "type": "string",
+                            "maxLength": 512,
+                            "description": "The page's token (hex), from the confirmation page."
+                          }
+                        }
+                      }
+                    }
+                  }
+                },
+                "responses": {
+                  "200": {
+                    "description": "Onward: a page with `Refresh: 0; url=<location>` and a link to where the flow goes on (the authorization endpoint with `prompt=login` unless `oauth2.prompt` says otherwise, or the web path with the `parley_flow` binding cookie); or the `basic` flow's credentials form.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "Refresh": {
+                        "description": "`0; url=<location>` on the onward page.",
+                        "required": false,
+                        "schema": {
+                          "type": "string"
+                        }
+                      },
+                      "Set-Cookie": {
+                        "description": "`saml2`/`otp`: the `parley_flow` binding cookie, as the start page sets it for a verified user.",
+                        "required": false,
+                        "schema": {
+                          "type": "string"
+                        }
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "303": {
+                    "description": "To `/flows/{id}/done`: the flow had already finished.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "Location": {
+                        "$ref": "#/components/headers/Location"
+                      }
+                    }
+                  },
+                  "403": {
+                    "description": "An HTML page (`data-parley-error=\"forbidden\"` on `<body>`): sent from another origin, or without a token that this page made for this flow and this browser's cookie.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "404": {
+                    "description": "An HTML page (`data-parley-error=\"not_found\"` on `<body>`): unknown flow, or a wrong or missing secret.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "410": {
+                    "description": "An HTML page (`data-parley-error=\"flow_expired\"` on `<body>`): the flow has expired.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/html": {
+                        "schema": {
+                          "$ref": "#/components/schemas/HtmlPage"
+                        }
+                      }
+                    }
+                  },
+                  "413": {
+                    "description": "An HTML page (`data-parley-error=\"payload_too_large\"` on `<body>`): a form body over 16 KiB.",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"

@@ -49,6 +49,31 @@ enum Page {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
+    /// The confirmation page of a flow (see `FlowConfirmation`): who asked, and one button.
+    static func confirmation(_ page: ConfirmationPage) -> Response {
+        let notGiven = "not given"
+        let context: [String: Any] = [
+            "destination": page.destination, "kind": page.kind, "deviceType": page.deviceType ?? notGiven,
+            "deviceModel": page.deviceModel ?? notGiven, "userHint": page.userHint ?? notGiven, "age": page.age, "action": page.action,
+            "secret": page.secret, "token": page.token,
+        ]
+        return htmlPage(.ok, templates.render(context, withTemplate: "confirm"))
+    }
+
+    /// A page the browser leaves at once for `location` (`Refresh: 0`), with a link for one that does not.
+    static func onward(_ location: String) -> Response {
+        var response = htmlPage(.ok, templates.render(["location": location], withTemplate: "onward"))
+        response.headers[.refresh] = "0; url=" + location
+        return response
+    }
+
+    private static func htmlPage(_ status: HTTPResponse.Status, _ body: String?) -> Response {
+        var headers = securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        let text = body ?? "<!doctype html><title>Parley</title>"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
     static func redirect(_ location: String, status: HTTPResponse.Status = .found) -> Response {
         var headers = securityHeaders
         headers[.location] = location
@@ -79,13 +104,21 @@ extension FlowPage {
             return Page.html(status, title: title, message: message, attributes: attributes)
         case .failure(let problem):
             return Page.problem(problem)
+        case .confirmation(let page, let cookies):
+            var response = Page.confirmation(page)
+            for cookie in cookies { response.headers.append(HTTPField(name: .setCookie, value: cookie)) }
+            return response
+        case .onward(let location, let cookies):
+            var response = Page.onward(location)
+            for cookie in cookies { response.headers.append(HTTPField(name: .setCookie, value: cookie)) }
+            return response
         }
     }
 }
 
 /// The page templates, compiled into the binary so it runs from any directory.
 enum PageTemplates {
-    static let all: [(String, String)] = [("message", message), ("credentials", credentials)]
+    static let all: [(String, String)] = [("message", message), ("credentials", credentials), ("confirm", confirm), ("onward", onward)]
 
     static let message = """
         <!doctype html>
@@ -111,6 +144,41 @@ enum PageTemplates {
         </form>
         </main></body></html>
         """
+
+    /// The confirmation page: who asked for the sign-in, and one button. No script, no style.
+    static let confirm = """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>Sign in to {{destination}}?</title></head>
+        <body data-parley-flow-kind="{{kind}}"><main>
+        <h1>Sign in to {{destination}}?</h1>
+        <p>An app asked Parley for this sign-in. Continue only if you started it yourself, just now.
+        If someone sent you this link, close this page: whoever continues signs in for the app that asked.</p>
+        <h2>Who asked</h2>
+        <dl>
+        <dt>Service</dt><dd id="destination">{{destination}}</dd>
+        <dt>Device type</dt><dd id="device-type">{{deviceType}}</dd>
+        <dt>Device model</dt><dd id="device-model">{{deviceModel}}</dd>
+        <dt>User name the app gave</dt><dd id="user-hint">{{userHint}}</dd>
+        <dt>Requested</dt><dd id="age">{{age}}</dd>
+        </dl>
+        <form method="post" action="{{action}}" data-parley-confirm>
+        <input type="hidden" name="k" value="{{secret}}">
+        <input type="hidden" name="token" value="{{token}}">
+        <p><button type="submit">Continue to sign in to {{destination}}</button></p>
+        </form>
+        </main></body></html>
+        """
+
+    /// Onward after a form post (the `Refresh` header leads; the link is for a browser that does not follow it).
+    static let onward = """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>Continuing the sign-in</title></head>
+        <body data-parley-onward><main><h1>Continuing the sign-in</h1>
+        <p><a href="{{location}}">Continue</a></p>
+        </main></body></html>
+        """
 }
 
 extension HTTPField.Name {
@@ -118,5 +186,6 @@ extension HTTPField.Name {
     static let referrerPolicy = Self("Referrer-Policy")!
     static let xContentTypeOptions = Self("X-Content-Type-Options")!
     static let parleyFlow = Self("Parley-Flow")!
+    static let refresh = Self("Refresh")!
     static let parleyRequestID = Self("Parley-Request-Id")!
 }

@@ -1,0 +1,92 @@
+import AuthFlows
+import Conversation
+import Foundation
+import ParleyCrypto
+import ParleyEncoding
+
+extension RegistrationRecord {
+    /// Whether an identity token vouched for the registration's user (`user.verified`). Only
+    /// such registrations skip the confirmation page and the OAuth2 `prompt=login`.
+    var hasVerifiedUser: Bool { user?.verified == true }
+}
+
+extension SealBinding {
+    /// A confirmation page's token: its nonce, bound to the flow. Never stored, so `parley rekey`
+    /// has nothing to re-seal; any key of the ring opens it.
+    static func flowConfirmation(_ id: String) -> String { "flows.confirmation:\(id)" }
+}
+
+/// The confirmation page: for a registration without a verified user, the flow URL shows who
+/// asked for the sign-in before anything leaves Parley, and only its button's `POST` continues
+/// the flow as the start page did before (the kind's `start`). Whoever sends a victim a flow URL
+/// of their own registration gets no sign-in without the victim reading the page and choosing it.
+///
+/// The button's `POST` carries the flow's secret and a per-page token: a fresh random nonce goes
+/// to this browser in a cookie (`parley_confirm`, `HttpOnly`, `SameSite=Strict`, scoped to this
+/// flow's confirmation path), and the form carries the nonce sealed under the key ring, bound to
+/// the flow. The post is accepted when the token opens for this flow and holds the nonce the
+/// browser's cookie holds: another site can neither read the page's token nor make the browser
+/// send the cookie with its own post, and a token of one flow or page is worth nothing for another.
+struct FlowConfirmation: Sendable {
+    static let cookieName = "parley_confirm"
+    /// A sealed 43-byte nonce in hex is under 200 characters; anything much longer is not a token.
+    static let maxTokenLength = 512
+
+    let secrets: Secrets
+    let clock: any WallClock
+    let publicURL: String
+
+    /// Whether the flow URL of this registration shows the confirmation page first.
+    func isNeeded(for registration: RegistrationRecord) -> Bool { !registration.hasVerifiedUser }
+
+    /// Where the page's form posts (under the public URL's path prefix).
+    func action(_ flow: FlowRecord) -> String { (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/confirm" }
+
+    /// The page for one opening of the flow URL: a fresh token, and its nonce in the cookie.
+    func page(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) -> FlowPage {
+        let nonce = SecureRandom.token(byteCount: 32)
+        let token = Hex.encode(secrets.keyRing.seal(nonce, associatedData: SealBinding.flowConfirmation(flow.idString)))
+        let lifetime = max(0, Int(flow.expiresAt.timeIntervalSince(clock.now).rounded(.up)))
+        let site = URLParts(publicURL)?.isSecure == true ? "; Secure" : ""
+        let cookie = "\(Self.cookieName)=\(nonce); Path=\(action(flow)); Max-Age=\(lifetime); HttpOnly; SameSite=Strict\(site)"
+        let page = ConfirmationPage(
+            destination: destination.displayName, kind: flow.kind.rawValue, deviceType: registration.deviceType,
+            deviceModel: registration.deviceModel, userHint: registration.userHint, age: Self.age(since: flow.createdAt, now: clock.now),
+            action: action(flow), secret: secret, token: token)
+        return .confirmation(page, cookies: [cookie])
+    }
+
+    /// Whether a post's token was made for this flow and holds the nonce of the browser's cookie.
+    func accepts(token: String?, cookie: String?, flow: FlowRecord) -> Bool {
+        guard let token, token.utf8.count <= Self.maxTokenLength, let sealed = Hex.decode(token), let cookie, !cookie.isEmpty,
+            let nonce = try? secrets.keyRing.openString(sealed, associatedData: SealBinding.flowConfirmation(flow.idString))
+        else { return false }
+        return constantTimeEquals(Array(nonce.utf8), Array(cookie.utf8))
+    }
+
+    /// How long ago a flow started, in words ("just now", "2 minutes ago", "1 hour ago").
+    static func age(since start: Date, now: Date) -> String {
+        let seconds = now.timeIntervalSince(start)
+        guard seconds.isFinite, seconds >= 60 else { return "just now" }
+        func words(_ count: Int, _ unit: String) -> String { "\(count) \(unit)\(count == 1 ? "" : "s") ago" }
+        let minutes = Int(min(seconds, 1e9) / 60)
+        if minutes < 60 { return words(minutes, "minute") }
+        let hours = minutes / 60
+        return hours < 48 ? words(hours, "hour") : words(hours / 24, "day")
+    }
+}
+
+/// What the confirmation page shows and posts; every value is escaped by the template engine.
+struct ConfirmationPage: Sendable, Equatable {
+    /// The destination's `displayName`.
+    let destination: String
+    let kind: String
+    let deviceType: String?
+    let deviceModel: String?
+    let userHint: String?
+    /// How long ago the flow started, in words.
+    let age: String
+    let action: String
+    let secret: String
+    let token: String
+}
