@@ -126,7 +126,7 @@ let package = Package(
 
         // Fuzz targets for the parsers that see untrusted bytes (docs/fuzzing.md): one function
         // per parser, replayed over Tests/Fuzz by the tests and run by libFuzzer in scripts/fuzz.sh.
-        .target(name: "ParleyFuzzTargets", dependencies: ["Conversation", "AuthFlows", "ParleyEncoding"], swiftSettings: swiftSettings),
+        .target(name: "ParleyFuzzTargets", dependencies: ["Conversation", "AuthFlows", "ParleyEncoding", "SAMLIdentity"], swiftSettings: swiftSettings),
         // libFuzzer's driver entry point; linked only when built with -sanitize=fuzzer.
         .systemLibrary(name: "CParleyFuzz"),
         .executableTarget(name: "ParleyFuzz", dependencies: ["ParleyFuzzTargets", "CParleyFuzz"], swiftSettings: swiftSettings),

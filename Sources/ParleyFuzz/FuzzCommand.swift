@@ -78,6 +78,7 @@ struct FuzzCommand {
             case .proxyPath: { fuzzOne(.proxyPath, $0, $1) }
             case .destinations: { fuzzOne(.destinations, $0, $1) }
             case .callbackQuery: { fuzzOne(.callbackQuery, $0, $1) }
+            case .samlResponse: { fuzzOne(.samlResponse, $0, $1) }
             }
         // libFuzzer keeps argv for the life of the process: copies that are never freed.
         var argc = Int32(arguments.count)

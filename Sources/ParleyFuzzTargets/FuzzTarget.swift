@@ -24,6 +24,9 @@ public enum FuzzTarget: String, CaseIterable, Sendable, Codable {
     /// `PercentEncoding.decodeForm`: the query of `/callback/oauth2` and `/callback/otp`
     /// and the form bodies of the hosted pages.
     case callbackQuery = "callback-query"
+    /// `SAMLIdentityReader.read`: the decoded `SAMLResponse` (XML), trusting the captured
+    /// SimpleSAMLphp IdP's certificate (Tests/Fixtures/saml/captured).
+    case samlResponse = "saml-response"
 
     public func run(_ input: [UInt8]) -> [String] {
         switch self {
@@ -33,6 +36,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable, Codable {
         case .proxyPath: Targets.proxyPath(input)
         case .destinations: Targets.destinations(input)
         case .callbackQuery: Targets.callbackQuery(input)
+        case .samlResponse: Targets.samlResponse(input)
         }
     }
 }

@@ -3,7 +3,7 @@ import Conversation
 import Foundation
 import ParleyEncoding
 
-/// The six targets. Each checks what the product relies on after the parser said yes;
+/// The targets (the SAML response's is in SAMLResponseTarget.swift). Each checks what the product relies on after the parser said yes;
 /// the parsers' own refusals are fine outcomes.
 enum Targets {
     /// A fixed clock: the same input always takes the same path.
