@@ -141,7 +141,7 @@ func compose(
     let kinds = FlowKinds(
         [
             SAML2Flow(environment),
-            OAuth2AuthorizationCodeFlow(environment, broker: broker),
+            OAuth2AuthorizationCodeFlow(environment, broker: broker, logger: logger),
             OTPFlow(environment),
             BasicFormFlow(environment, invalidation: invalidation, limits: limits),
         ] + additionalFlowKinds.map { $0(environment) })

@@ -7,11 +7,22 @@ import ParleyEncoding
 
 /// OAuth2 authorization code with PKCE (S256) and `state`. The start page mints the
 /// state (hashed) and verifier (sealed) and redirects to the authorization endpoint;
-/// `/callback/oauth2` claims the flow by its state exactly once, exchanges the code
-/// and stores the tokens.
+/// `/callback/oauth2` claims the flow by its state exactly once, exchanges the code,
+/// learns who signed in (the `id_token`, else userinfo, where the destination says how),
+/// and stores the tokens only when that is the registration's user.
 struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
-    /// What the flow keeps between its start page and the callback (sealed in the row).
-    struct State: Codable, Sendable { var pkceVerifier: String }
+    /// What the flow keeps between its start page and the callback (sealed in the row): the PKCE
+    /// verifier, and the OpenID Connect `nonce` the `id_token` must echo (when `openid` is asked for).
+    struct State: Codable, Sendable {
+        var pkceVerifier: String
+        var nonce: String?
+    }
+
+    /// The flow error of a sign-in whose `id_token` is missing or fails a check (signature, `iss`,
+    /// `aud`, time, `nonce`) at a destination with `oauth2.jwksUri`.
+    static let invalidIDToken = "invalid_id_token"
+    /// The flow error of a sign-in whose userinfo answer names nobody.
+    static let invalidUserinfo = "invalid_userinfo"
 
     let kind: FlowKind = .oauth2
     let flows: any FlowRepository
@@ -22,8 +33,11 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
     let state: FlowKindState<State>
     let clock: any WallClock
     let publicURL: String
+    /// Per destination with `oauth2.jwksUri`: the verifier of its `id_token`s (its issuer, its
+    /// keys, `aud` = its client id), made once, over Parley's transport and clock.
+    let idTokenVerifiers: [String: IdentityTokenVerifier]
 
-    init(_ environment: FlowKindEnvironment, broker: OAuth2Broker) {
+    init(_ environment: FlowKindEnvironment, broker: OAuth2Broker, logger: Logger) {
         flows = environment.flows.flows
         lifecycle = environment.flows
         registrations = environment.registrations
@@ -32,11 +46,23 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         state = environment.state(State.self)
         clock = environment.clock
         publicURL = environment.publicURL
+        var verifiers: [String: IdentityTokenVerifier] = [:]
+        for destination in environment.conversations.destinations.values {
+            guard let settings = destination.oauth2, settings.grant == .authorizationCode, let jwksURI = settings.jwksURI,
+                let issuer = settings.issuer
+            else { continue }
+            verifiers[destination.name] = IdentityTokenVerifier(
+                providers: [IdentityProvider(issuer: issuer, jwksURI: jwksURI, audiences: [settings.clientID])],
+                transport: environment.conversations.configurator.transport, clock: environment.clock, logger: logger)
+        }
+        idTokenVerifiers = verifiers
     }
 
     var redirectURI: String { publicURL + "/callback/oauth2" }
 
     func isOffered(by destination: Destination) -> Bool { destination.oauth2?.grant == .authorizationCode }
+
+    func yieldsIdentity(for destination: Destination) -> Bool { destination.oauth2?.yieldsIdentity == true }
 
     func scopeKey(for destination: Destination) -> String? { destination.oauth2?.defaultScopeKey }
 
@@ -48,8 +74,11 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         // and PKCE verifier; the last one opened is the one the callback accepts.
         let callbackState = SecureRandom.token(byteCount: 32)
         let verifier = PKCE.verifier()
+        // OpenID Connect: a fresh nonce per opening, which the `id_token` must carry back.
+        let nonce = settings.scopes.contains("openid") ? SecureRandom.token(byteCount: 32) : nil
         guard
-            try await state.update(flow, callbackHash: SHA256.hash(Array(callbackState.utf8)), { $0 = State(pkceVerifier: verifier) }) != nil
+            try await state.update(
+                flow, callbackHash: SHA256.hash(Array(callbackState.utf8)), { $0 = State(pkceVerifier: verifier, nonce: nonce) }) != nil
         else {
             return lifecycle.done(flow)
         }
@@ -58,6 +87,9 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             ("code_challenge", PKCE.challenge(for: verifier)), ("code_challenge_method", "S256"),
         ]
         if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+        if let nonce { parameters.append(("nonce", nonce)) }
+        // Without a verified user, a session at the authorization server must not sign in unseen.
+        if let prompt = settings.prompt.value(verifiedUser: registration.hasVerifiedUser) { parameters.append(("prompt", prompt)) }
         let separator = endpoint.contains("?") ? "&" : "?"
         return .redirect(endpoint + separator + PercentEncoding.encodeForm(parameters), status: .found)
     }
@@ -69,7 +101,8 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
     }
 
     /// `GET /callback/oauth2`: the `state` claims its flow exactly once; the code is
-    /// exchanged with the PKCE verifier; the tokens are stored; the flow completes.
+    /// exchanged with the PKCE verifier; who signed in is judged against the registration's
+    /// user; only then are the tokens stored and the flow completed.
     func callback(_ input: FlowInput, logger: Logger) async throws -> FlowPage {
         func value(_ name: String) -> String? { input.value(name) }
         guard let state = value("state"), !state.isEmpty, state.utf8.count <= 256,
@@ -87,7 +120,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             try await lifecycle.finish(flow, status: .failed, error: TokenEndpointClient.safeErrorCode(error), logger: logger)
             return done
         }
-        guard let code = value("code"), !code.isEmpty, let verifier = try self.state.read(flow)?.pkceVerifier,
+        guard let code = value("code"), !code.isEmpty, let kept = try self.state.read(flow),
             let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration),
             let endpoint = conversations.tokenEndpoint(for: destination)
@@ -96,10 +129,26 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             return done
         }
         let outcome = await endpoint.request([
-            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", kept.pkceVerifier),
         ])
         switch outcome {
-        case .token(let token):
+        case .token(var token):
+            // Who signed in, before anything of this sign-in is kept.
+            let idToken = token.idToken
+            token.idToken = nil
+            switch await signedIn(idToken: idToken, accessToken: token.accessToken, nonce: kept.nonce, destination: destination, endpoint: endpoint, logger: logger) {
+            case .unknown:
+                break
+            case .identity(let identity):
+                guard try await lifecycle.admit(flow, signedIn: identity, logger: logger) else {
+                    await discard(token, endpoint: endpoint)
+                    return done
+                }
+            case .refused(let error):
+                try await lifecycle.finish(flow, status: .failed, error: error, logger: logger)
+                await discard(token, endpoint: endpoint)
+                return done
+            }
             let key = TokenKey(
                 destination: destination.name, registrationID: registration.idString,
                 scopeKey: flow.scopeKey ?? endpoint.settings.defaultScopeKey)
@@ -115,5 +164,68 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             try await lifecycle.finish(flow, status: .failed, error: "temporarily_unavailable", logger: logger)
         }
         return done
+    }
+
+    /// Who a sign-in was, as the destination can tell.
+    enum SignIn: Sendable, Equatable {
+        /// The destination reads no identity (neither `jwksUri` nor `userinfoEndpoint`).
+        case unknown
+        case identity(SignedInIdentity)
+        /// The destination reads one, and this sign-in did not show a valid one: the flow fails with this error.
+        case refused(String)
+    }
+
+    /// The signed-in identity: the `id_token`'s `sub` where the destination has `jwksUri` (checked
+    /// against its keys, `iss` = `oauth2.issuer`, `aud` = `clientId`, time, and the flow's nonce),
+    /// else the `sub` userinfo names for the new access token. Neither token is ever logged.
+    func signedIn(
+        idToken: String?, accessToken: String, nonce: String?, destination: Destination, endpoint: TokenEndpointClient, logger: Logger
+    ) async -> SignIn {
+        let settings = endpoint.settings
+        let metadata: Logger.Metadata = ["destination": .string(destination.name)]
+        if settings.jwksURI != nil {
+            guard let verifier = idTokenVerifiers[destination.name], let idToken else {
+                logger.warning("oauth2 sign-in refused: the token response has no id_token", metadata: metadata)
+                return .refused(Self.invalidIDToken)
+            }
+            let verified: VerifiedIdentity
+            do {
+                verified = try await verifier.verify(idToken)
+            } catch {
+                logger.warning(
+                    "oauth2 sign-in refused: the id_token failed a check",
+                    metadata: metadata.merging(["identity.check": .string(error.check.rawValue)]) { $1 })
+                return .refused(Self.invalidIDToken)
+            }
+            // OIDC Core §3.1.3.7: the nonce of this flow's authorization request, and no other.
+            guard let nonce, let echoed = verified.claims["nonce"], constantTimeEquals(Array(echoed.utf8), Array(nonce.utf8)) else {
+                logger.warning(
+                    "oauth2 sign-in refused: the id_token failed a check", metadata: metadata.merging(["identity.check": "nonce"]) { $1 })
+                return .refused(Self.invalidIDToken)
+            }
+            return .identity(SignedInIdentity(issuer: verified.issuer, subject: verified.subject))
+        }
+        if settings.userinfoEndpoint != nil {
+            switch await endpoint.userinfo(accessToken: accessToken) {
+            case .subject(let subject):
+                return .identity(SignedInIdentity(issuer: settings.identityIssuer, subject: subject))
+            case .malformed(let reason):
+                logger.warning("oauth2 sign-in refused: userinfo names nobody", metadata: metadata.merging(["error": .string(reason)]) { $1 })
+                return .refused(Self.invalidUserinfo)
+            case .transient:
+                logger.warning("oauth2 sign-in refused: the userinfo endpoint is unavailable", metadata: metadata)
+                return .refused("temporarily_unavailable")
+            }
+        }
+        return .unknown
+    }
+
+    /// Tokens of a sign-in that is not kept: revoked at the authorization server when the
+    /// destination names a revocation endpoint (the refresh token first, which ends its grant),
+    /// and forgotten.
+    func discard(_ token: StoredToken, endpoint: TokenEndpointClient) async {
+        guard endpoint.settings.revocationEndpoint != nil else { return }
+        if let refresh = token.refreshToken { _ = await endpoint.revoke(refresh, hint: "refresh_token") }
+        _ = await endpoint.revoke(token.accessToken, hint: "access_token")
     }
 }
