@@ -28,10 +28,10 @@ import Testing
         // The release binary, Swift runtime linked in, and only that product.
         let buildRuns = build.all("RUN").map(\.arguments).joined(separator: "\n")
         #expect(buildRuns.contains("swift build -c release --product parley --static-swift-stdlib"))
-        #expect(Set(build.aptPackages).isSuperset(of: ["libcurl4-openssl-dev", "libpq-dev", "libssl-dev", "libpsl-dev", "pkg-config"]))
+        #expect(Set(build.aptPackages).isSuperset(of: ["libcurl4-openssl-dev", "libpq-dev", "libssl-dev", "libpsl-dev", "libxmlsec1-dev", "pkg-config"]))
 
         // The runtime stage: exactly the C libraries and the CA bundle, the binary from the build stage.
-        #expect(Set(runtime.aptPackages) == ["libcurl4", "libpq5", "libssl3", "libpsl5", "ca-certificates"], "\(runtime.aptPackages)")
+        #expect(Set(runtime.aptPackages) == ["libcurl4", "libpq5", "libssl3", "libpsl5", "libxmlsec1-openssl", "ca-certificates"], "\(runtime.aptPackages)")
         let copies = runtime.all("COPY").map(\.arguments)
         #expect(copies.contains { $0.hasPrefix("--from=build ") }, "\(copies)")
         #expect(runtime.all("COPY").count == 1, "nothing but the build output is copied in")
