@@ -270,6 +270,9 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var issuer: String?
         public var jwksUri: String?
         public var userinfoEndpoint: String?
+        /// The `prompt` of authorization requests, for every registration (`""`: none); absent,
+        /// `login` for registrations without a verified user and none for the others.
+        public var prompt: String?
 
         public struct Challenge: Sendable, Decodable, Equatable {
             public var statuses: [Int]?

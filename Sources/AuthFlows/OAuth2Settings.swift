@@ -10,6 +10,39 @@ public struct OAuth2Settings: Sendable, Equatable {
 
     public struct Invalid: Error { public let problems: [String] }
 
+    /// The `prompt` parameter of a destination's authorization requests.
+    public enum Prompt: Sendable, Equatable {
+        /// `prompt=login` for a registration without a verified user, so a session at the
+        /// authorization server never completes its flow unseen; none for a verified user (the default).
+        case loginUnlessVerified
+        /// What `oauth2.prompt` says, for every registration; nil (`""` in the file) sends none.
+        case always(String?)
+
+        /// The value to send for a registration whose user is, or is not, verified; nil sends none.
+        public func value(verifiedUser: Bool) -> String? {
+            switch self {
+            case .loginUnlessVerified: verifiedUser ? nil : "login"
+            case .always(let value): value
+            }
+        }
+
+        /// An OpenID Connect `prompt`: space-separated values of letters, digits, `_` and `-`
+        /// (`login`, `consent`, `select_account`, …), at most 100 bytes; or empty.
+        static func isValid(_ text: String) -> Bool {
+            guard text.utf8.count <= 100 else { return false }
+            if text.isEmpty { return true }
+            func isWordByte(_ b: UInt8) -> Bool {
+                switch b {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                    UInt8(ascii: "_"), UInt8(ascii: "-"):
+                    true
+                default: false
+                }
+            }
+            return text.split(separator: " ", omittingEmptySubsequences: false).allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy(isWordByte) }
+        }
+    }
+
     public let destination: String
     public let grant: Grant
     public let authorizationEndpoint: String?
@@ -32,6 +65,8 @@ public struct OAuth2Settings: Sendable, Equatable {
     public let issuer: String?
     public let jwksURI: String?
     public let userinfoEndpoint: String?
+    /// The `prompt` of authorization requests (`oauth2.prompt`).
+    public let prompt: Prompt
 
     /// Whether an authorization-code flow of this destination learns who signed in: from the
     /// `id_token` (`jwksUri`), else from the userinfo endpoint.
@@ -69,6 +104,13 @@ public struct OAuth2Settings: Sendable, Equatable {
         if grant != nil, grant != .authorizationCode, o.issuer != nil || o.jwksUri != nil || o.userinfoEndpoint != nil {
             problems.append(prefix + "issuer, jwksUri and userinfoEndpoint name who signed in, which only the authorization_code grant reads")
         }
+        if let prompt = o.prompt {
+            if grant != nil, grant != .authorizationCode {
+                problems.append(prefix + "prompt is sent with authorization requests, which only the authorization_code grant makes")
+            } else if !Prompt.isValid(prompt) {
+                problems.append(prefix + "prompt must be space-separated values of letters, digits, '_' and '-' (at most 100 bytes), or empty")
+            }
+        }
         if (o.clientId ?? "").isEmpty { problems.append(prefix + "clientId is required") }
         if grant == .clientCredentials && o.clientSecret == nil { problems.append(prefix + "client_credentials needs clientSecret") }
         for rule in o.scopeKeys ?? [] where URLParts(rule.key) == nil {
@@ -97,6 +139,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         self.issuer = o.issuer
         self.jwksURI = o.jwksUri
         self.userinfoEndpoint = o.userinfoEndpoint
+        self.prompt = o.prompt.map { .always($0.isEmpty ? nil : $0) } ?? .loginUnlessVerified
     }
 
     /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):

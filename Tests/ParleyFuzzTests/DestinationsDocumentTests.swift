@@ -58,6 +58,35 @@ import Testing
         }
     }
 
+    /// `oauth2.prompt`: absent, `login` unless the user is verified; given, that value for
+    /// everyone (`""`: none); authorization code only; OpenID Connect's shape.
+    @Test func oauth2PromptDefaultsToLoginUnlessVerifiedAndIsChecked() throws {
+        func destination(_ prompt: String?, grant: String = "authorization_code") -> String {
+            let value = prompt.map { ", prompt: \"\($0)\"" } ?? ""
+            return "{ name: d, url: \"https://d.example\", oauth2: { grant: \(grant), authorizationEndpoint: \"https://as.example/a\", "
+                + "tokenEndpoint: \"https://as.example/t\", clientId: c, clientSecret: s\(value) } }"
+        }
+        func prompt(_ text: String?) throws -> OAuth2Settings.Prompt? {
+            try DestinationsDocument.read("destinations: [\(destination(text))]")[0].oauth2?.prompt
+        }
+        #expect(try prompt(nil) == .loginUnlessVerified)
+        #expect(try prompt(nil)?.value(verifiedUser: false) == "login")
+        #expect(try prompt(nil)?.value(verifiedUser: true) == nil)
+        #expect(try prompt("consent") == .always("consent"))
+        #expect(try prompt("login consent")?.value(verifiedUser: true) == "login consent")
+        #expect(try prompt("") == .always(nil))
+        #expect(try prompt("")?.value(verifiedUser: false) == nil)
+        for bad in ["login\\n", " login", "login  consent", "log\\u0000in", "a=b", String(repeating: "x", count: 101)] {
+            #expect(throws: DestinationSpec.Invalid.self, "\(bad)") { try prompt(bad) }
+        }
+        let problems: [String]
+        do {
+            _ = try DestinationsDocument.read("destinations: [\(destination("login", grant: "client_credentials"))]")
+            problems = []
+        } catch { problems = error.problems }
+        #expect(problems == ["destination 'd': oauth2.prompt is sent with authorization requests, which only the authorization_code grant makes"])
+    }
+
     @Test func aFileThatIsNotADestinationsDocumentSaysWhere() {
         #expect {
             try DestinationsDocument.decode("destinations:\n  - name: a\n", source: "d.yaml")

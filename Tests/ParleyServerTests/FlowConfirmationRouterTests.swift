@@ -29,9 +29,16 @@ import Testing
             revocationEndpoint: nil, clientId: "parley", clientSecret: nil, clientAuthentication: nil, scopes: ["read"], scopeKeys: nil,
             challenge: nil)
         let form = DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true))
+        // `oauth2.prompt` overrides the default for every registration: a value, or "" for none.
+        var consent = oauth
+        consent.name = "as-consent"
+        consent.oauth2?.prompt = "consent select_account"
+        var silent = oauth
+        silent.name = "as-silent"
+        silent.oauth2?.prompt = ""
         return ParleyConfiguration(
             server: .init(publicURL: publicURL), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
-            destinations: [try sp.validated(), try oauth.validated(), try form.validated()],
+            destinations: [try sp.validated(), try oauth.validated(), try form.validated(), try consent.validated(), try silent.validated()],
             identityProviders: [IdentityProvider(issuer: issuer, jwksURI: jwks, audiences: ["parley"])])
     }
 
@@ -215,11 +222,34 @@ import Testing
                     case "oauth2":
                         #expect(response.status == .found)
                         #expect(response.headers[.location]?.hasPrefix("https://as.example/authorize?response_type=code") == true)
+                        #expect(response.headers[.location]?.contains("prompt=") == false, "a verified user is sent without prompt")
                     default:
                         #expect(response.status == .ok)
                         #expect(String(buffer: response.body).contains("action=\"/flows/\(id)/credentials\""))
                     }
                 }
+            }
+        }
+    }
+
+    /// `oauth2.prompt` says what every registration's authorization request carries.
+    @Test func oauth2PromptOverridesTheDefault() async throws {
+        let world = try World()
+        try await world.run { client in
+            let cases: [(String, Bool, String?)] = [
+                ("as", false, "login"), ("as", true, nil), ("as-consent", false, "consent select_account"), ("as-consent", true, "consent select_account"),
+                ("as-silent", false, nil), ("as-silent", true, nil),
+            ]
+            for (destination, verified, prompt) in cases {
+                let extra: [String: Any] = verified ? ["identityToken": try world.identityToken()] : [:]
+                let (_, start) = try await Self.registrationWithFlow(client, destination, kind: "oauth2", extra: extra)
+                let answer = { (response: TestResponse) -> String? in verified ? response.headers[.location] : Self.onward(response) }
+                let location = try #require(
+                    verified ? try await client.execute(uri: start, method: .get, testCallback: answer) : try await Self.confirm(client, start, answer),
+                    "\(destination), verified: \(verified)")
+                let query = try #require(URLComponents(string: location)?.queryItems)
+                let sent = query.filter { $0.name == "prompt" }.map(\.value)
+                #expect(sent == (prompt.map { [$0] } ?? []), "\(destination), verified: \(verified): \(location)")
             }
         }
     }
@@ -335,6 +365,7 @@ import Testing
                 let location = try #require(Self.onward(response))
                 #expect(location.hasPrefix("https://as.example/authorize?response_type=code&client_id=parley"))
                 #expect(location.contains("code_challenge_method=S256") && location.contains("state="))
+                #expect(location.hasSuffix("&prompt=login"), "a registration without a verified user asks the AS for a fresh sign-in: \(location)")
             }
             #expect(world.flow(oauthID)?.kindState != nil, "the confirmed start minted the PKCE verifier")
 

@@ -144,6 +144,7 @@ import UpstreamSimulator
             #expect(start.header("Cache-Control") == "no-store")
             #expect(start.header("Content-Security-Policy")?.contains("frame-ancestors 'none'") == true)
             #expect(start.onward?.contains("code_challenge_method=S256") == true)
+            #expect(start.onward?.hasSuffix("&prompt=login") == true, "a registration without a verified user asks for a fresh sign-in")
 
             try await ChromeDriver.withSession { browser in
                 try await browser.openFlow(flowURL)
@@ -154,6 +155,15 @@ import UpstreamSimulator
                 let landed = try await browser.waitForURL(prefix: "https://app.example/done/1", timeout: .seconds(20))
                 #expect(landed.contains("flow=\(flowID)"))
                 #expect(landed.contains("status=completed"))
+
+                // The authorization server keeps a session for this browser now, but another
+                // registration without a verified user asks it for a fresh sign-in (prompt=login):
+                // its login page, not a code sent back behind the person's back.
+                let (_, second) = try await live.register("as", credentials: false)
+                let secondFlow = try #require(try await live.json("POST", "/v1/flows", token: second, [:]).json?["url"] as? String)
+                try await browser.openFlow(secondFlow)
+                _ = try await browser.findElement(css: "#username")
+                #expect(try await browser.currentURL().contains("prompt=login"))
             }
             let done = try await live.request("GET", "/flows/\(flowID)/done")
             #expect(done.status == 303)
