@@ -170,6 +170,12 @@ if [ -z "${PARLEY_DESTINATIONS:-}" ]; then
   demo=true
   cat >"$state/destinations.yaml" <<YAML
 # Written by scripts/run.sh for the simulator on port $sim_port (docs/api.md, "Destinations file").
+# Whose identity tokens a registration may carry: the simulator's demo identity provider
+# (POST $sim/control/identity-token mints one).
+identityProviders:
+  - issuer: $sim
+    jwksUri: $sim/idp/jwks
+    audiences: [parley]
 destinations:
   # Basic, SAP CSRF tokens and SMP registration (APPCID).
   - name: demo
@@ -266,6 +272,13 @@ demo-otp: Basic, then a one-time passcode
   #   and type the passcode this prints (it changes every 30 s):
   curl -s '$sim/control/otp/code?user=alice'
   #   When the page says "Signed in", run the call again.
+
+Verified users: the file's identityProviders lists the simulator's demo identity
+provider; a registration that carries one of its tokens has a verified user.
+  I=\$(curl -s -XPOST $sim/control/identity-token -d '{"sub":"alice","aud":"parley"}' | grep -o 'eyJ[^"]*')
+  T=\$($reg '{"destination":"demo",$alice,"identityToken":"'"\$I"'"}' $pick
+  curl -s $public/v1/registrations/me $auth
+  # → "user":{"issuer":"$sim","subject":"alice","verified":true}
 
 The flow URL is also in the 401's Parley-Flow header; a client waits for the
 flow with GET /v1/flows/{id}?wait=30. Ctrl-C stops everything. Parley's log follows.

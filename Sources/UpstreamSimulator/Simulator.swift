@@ -19,7 +19,8 @@ import ParleyCrypto
 /// - SMP registration, CSRF and Basic-only uploads: `SMPRoutes.swift`; OAuth2: `OAuth2Server.swift`;
 ///   the SAML2 service provider at `/sp`: `SAMLServiceProvider.swift`; its mock IdP at `/idp`:
 ///   `MockIdP.swift`; Basic + OTP at `/basic-otp`: `BasicOTPArea.swift`; the OTP stage they
-///   share: `WebMount.swift`; test controls and `GET /sim/stats`: `ControlRoutes.swift`.
+///   share: `WebMount.swift`; test controls and `GET /sim/stats`: `ControlRoutes.swift`; the demo
+///   identity provider's JWKS and identity tokens: `IdentityProviderRoutes.swift`.
 ///
 /// `state.saml` starts with the configuration's `/sp` settings and registered ACS URLs.
 public func buildSimulator(
@@ -258,4 +259,5 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
     addIdPRoutes(to: router, configuration: configuration, state: state)
     addBasicOTPRoutes(to: router, configuration: configuration, state: state)
     addControlRoutes(to: router, configuration: configuration, state: state)
+    addIdentityProviderRoutes(to: router, configuration: configuration, state: state)
 }

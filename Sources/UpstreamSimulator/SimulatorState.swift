@@ -13,11 +13,22 @@ public final class SimulatorState: Sendable {
     public let saml = SAMLState()
     /// One-time passcodes of `/sp` and `/basic-otp` (SAMLState.swift).
     public let otp = OTPState()
+    /// The demo identity provider's signing keys (`GET /idp/jwks`, `POST /control/identity-token`):
+    /// made when first asked for (RSA key generation takes a moment), never stored.
+    private let identitySigner = Mutex<IdentityIssuer?>(nil)
     /// Browser sessions of `/sp` (`SP_SESSION`) and `/basic-otp` (`BO_SESSION`).
     let spSessions = WebSessions()
     let basicOTPSessions = WebSessions()
 
     public init() {}
+
+    /// The demo identity provider's keys; nil only when key generation failed.
+    public var identityProvider: IdentityIssuer? {
+        identitySigner.withLock { signer in
+            if signer == nil { signer = try? IdentityIssuer() }
+            return signer
+        }
+    }
 
     /// Requests seen per route, keyed like `"GET /api/data"` or `"ANY /echo"`.
     public func requests(route: String) -> Int {
