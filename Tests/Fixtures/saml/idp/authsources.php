@@ -1,5 +1,6 @@
 <?php
-/* Authentication sources of the fixture IdP: one static test user. */
+/* Authentication sources of the fixture IdP: two static test users (alice, and bob for
+   sign-ins as somebody else). */
 $config = [
     'admin' => ['core:AdminPassword'],
 
@@ -9,6 +10,12 @@ $config = [
             'uid' => ['alice'],
             'cn' => ['Alice Liddell'],
             'mail' => ['alice@example.org'],
+            'eduPersonAffiliation' => ['member'],
+        ],
+        'bob:builder' => [
+            'uid' => ['bob'],
+            'cn' => ['Bob Builder'],
+            'mail' => ['bob@example.org'],
             'eduPersonAffiliation' => ['member'],
         ],
     ],
