@@ -192,7 +192,8 @@ destinations:
       tokenEndpoint: $sim/oauth/token
       clientId: parley-confidential
       clientSecret: s3cret
-  # OAuth2 authorization code (PKCE, public client): a person signs in in a browser.
+  # OAuth2 authorization code (PKCE, public client): a person signs in in a browser; the
+  # simulator's id_token says who (issuer and jwksUri), and binds the registration to them.
   - name: demo-oauth
     url: $sim/oauth-api
     oauth2:
@@ -201,6 +202,8 @@ destinations:
       tokenEndpoint: $sim/oauth/token
       revocationEndpoint: $sim/oauth/revoke
       clientId: parley-public
+      issuer: $sim
+      jwksUri: $sim/oauth/jwks
   # SAML2: the simulator's service provider, signed in at its identity provider.
   - name: demo-saml
     url: $sim/sp
@@ -258,6 +261,7 @@ demo-oauth: OAuth2 authorization code (a person signs in in a browser)
   curl -s $public/v1/proxy/hello $auth
   # → 401 interaction_required. Open its flow.url in a browser, press "Continue",
   #   sign in as alice / wonderland; when the page says "Signed in", run the call again.
+  #   The registration's user is alice from then on: bob / builder on it fails (identity_mismatch).
 
 demo-saml: SAML2 (the simulator's identity provider, back through /web/demo-saml/)
   T=\$($reg '{"destination":"demo-saml"}' $pick

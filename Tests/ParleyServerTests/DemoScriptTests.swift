@@ -221,6 +221,10 @@ import Testing
         // "Run the call again": each now reaches the upstream as the signed-in user.
         let afterOAuth = try await Self.call(oauth.calls[0], token: oauthToken)
         #expect(afterOAuth["message"] as? String == "hello oauth" && afterOAuth["sub"] as? String == "alice", "\(afterOAuth)")
+        // The simulator's id_token said who signed in: the registration is alice's now.
+        let oauthRegistration = try await Self.call("curl -s \(base)/v1/registrations/me -H \"Authorization: Bearer $T\"", token: oauthToken)
+        let oauthUser = oauthRegistration["user"] as? [String: Any]
+        #expect(oauthUser?["subject"] as? String == "alice" && oauthUser?["issuer"] as? String == simulator, "\(oauthRegistration)")
         let afterSAML = try await Self.call(saml.calls[0], token: samlToken)
         #expect(afterSAML["user"] as? String == "alice" && afterSAML["via"] as? String == "saml", "\(afterSAML)")
         let afterOTP = try await Self.call(otp.calls[0], token: otpToken)
