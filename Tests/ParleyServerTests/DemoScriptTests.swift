@@ -184,6 +184,15 @@ import Testing
         let hello = try await Self.call(client.calls[0], token: clientToken)
         #expect(hello["message"] as? String == "hello oauth" && hello["sub"] as? String == "parley-confidential", "\(hello)")
 
+        // A verified user, as the walk-through's paragraph shows it: a token the simulator's demo
+        // identity provider mints, listed in the demo's destinations file.
+        let walkThrough = try #require(output.components(separatedBy: "──────────").dropFirst().first { $0.contains("Parley is ready") })
+        let verified = try #require(walkThrough.components(separatedBy: "\n\n").first { $0.hasPrefix("Verified users:") })
+        let commands = verified.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.hasPrefix("#") }.dropFirst(2)
+        #expect(commands.count == 3, "\(verified)")
+        let me = try await Self.shell(commands.joined(separator: "\n"))
+        #expect(me.contains(#""user":{"issuer":"\#(simulator)","subject":"alice","verified":true}"#), "\(me)")
+
         // Interactive: 401 with a flow URL, completed in a browser on the pages the walk-through names.
         let (oauth, oauthToken) = try block("demo-oauth")
         let oauthFlow = try Self.flowURL(try await Self.call(oauth.calls[0], token: oauthToken), kind: "oauth2")
