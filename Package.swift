@@ -84,7 +84,7 @@ let package = Package(
         .target(
             name: "ParleyServer",
             dependencies: [
-                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding",
+                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),

@@ -21,6 +21,11 @@ import Testing
     static func configuration() throws -> ParleyConfiguration {
         var sp = DestinationSpec(name: "sp", url: "https://sp.example/sp")
         sp.saml2 = .init()
+        // Sign-ins that say who signed in (the IdP's certificate; userinfo below): only then
+        // may a verified user skip the page.
+        sp.saml2?.idpCertificates = [
+            try String(contentsOfFile: packageRoot + "/Tests/Fixtures/saml/captured/simplesamlphp-idp.pem", encoding: .utf8)
+        ]
         sp.displayName = "SAP Sales (SMP)"
         var oauth = DestinationSpec(name: "as", url: "https://api.example")
         oauth.displayName = "Expenses & Travel"
@@ -28,6 +33,7 @@ import Testing
             grant: "authorization_code", authorizationEndpoint: "https://as.example/authorize", tokenEndpoint: "https://as.example/token",
             revocationEndpoint: nil, clientId: "parley", clientSecret: nil, clientAuthentication: nil, scopes: ["read"], scopeKeys: nil,
             challenge: nil)
+        oauth.oauth2?.userinfoEndpoint = "https://as.example/userinfo"
         let form = DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true))
         // `oauth2.prompt` overrides the default for every registration: a value, or "" for none.
         var consent = oauth
@@ -36,9 +42,15 @@ import Testing
         var silent = oauth
         silent.name = "as-silent"
         silent.oauth2?.prompt = ""
+        var anonymous = sp
+        anonymous.name = "sp-anonymous"
+        anonymous.saml2?.idpCertificates = nil
         return ParleyConfiguration(
             server: .init(publicURL: publicURL), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
-            destinations: [try sp.validated(), try oauth.validated(), try form.validated(), try consent.validated(), try silent.validated()],
+            destinations: [
+                try sp.validated(), try oauth.validated(), try form.validated(), try consent.validated(), try silent.validated(),
+                try anonymous.validated(),
+            ],
             identityProviders: [IdentityProvider(issuer: issuer, jwksURI: jwks, audiences: ["parley"])])
     }
 
@@ -228,6 +240,20 @@ import Testing
                         #expect(String(buffer: response.body).contains("action=\"/flows/\(id)/credentials\""))
                     }
                 }
+            }
+        }
+    }
+
+    /// Where a kind cannot say who signed in (saml2 without the IdP's certificates), the
+    /// binding cannot protect even a verified user's registration: the page is shown.
+    @Test func aVerifiedUserConfirmsWhereTheSignInNamesNobody() async throws {
+        let world = try World()
+        try await world.run { client in
+            let (_, start) = try await Self.registrationWithFlow(
+                client, "sp-anonymous", kind: "saml2", extra: ["identityToken": try world.identityToken()])
+            try await client.execute(uri: start, method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body).contains("data-parley-confirm"))
             }
         }
     }

@@ -20,11 +20,14 @@ import Testing
         var lastSPHeaders: HeaderFields { seen.withLock { $0.last { $0.url.contains("sp.example") }?.headers ?? [:] } }
         var count: Int { seen.withLock { $0.count } }
         let otpAfterSAML: Bool
+        /// The second factor guards the API only: the SAML sign-in itself finishes without it.
+        let otpForAPIOnly: Bool
         /// Where the OTP challenge of an API call sends the browser.
         let otpForm: String
 
-        init(otpAfterSAML: Bool = false, otpForm: String = "https://sp.example/sp/otp") {
+        init(otpAfterSAML: Bool = false, otpForAPIOnly: Bool = false, otpForm: String = "https://sp.example/sp/otp") {
             self.otpAfterSAML = otpAfterSAML
+            self.otpForAPIOnly = otpForAPIOnly
             self.otpForm = otpForm
         }
 
@@ -57,7 +60,7 @@ import Testing
                         200, "<html><form method=\"post\" action=\"https://idp.example/sso\"><input type=\"hidden\" name=\"SAMLRequest\" value=\"x\"></form>",
                         headers: ["Content-Type": "text/html; charset=utf-8"])
                 }
-                if otpAfterSAML && !otp {
+                if (otpAfterSAML || (otpForAPIOnly && url.path != "/sp/SAMLAuthLauncher")) && !otp {
                     return .text(302, headers: ["Location": otpForm, "x-smp-authentication": "otp-challenge"])
                 }
                 if url.path == "/sp/SAMLAuthLauncher" && !(url.query ?? "").contains("finishEndpointParam") {
@@ -254,17 +257,65 @@ import Testing
         }
     }
 
+    /// What the upstream sets through `/web/…` waits with the flow: the registration's API
+    /// calls see none of it until the flow completes, and a flow that ends otherwise drops it.
+    @Test func cookiesSetDuringAFlowWaitForItsCompletion() async throws {
+        let upstream = FakeUpstream()
+        let flows = InMemoryFlows()
+        let clock = TestClock()
+        try await Self.withRouter(upstream, flows: flows, clock: clock) { client in
+            let auth = { (token: String) -> HTTPFields in [.authorization: "Bearer \(token)"] }
+            // Completed: staged during the flow, committed at its end.
+            let token = try await Self.register(client, "sp")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, start) { Self.cookie($0) }]
+            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x"))
+            #expect(flows.all.first { $0.idString == id }?.stagedCookies != nil, "the SP's session cookie is staged with the flow")
+            try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: auth(token)) { response in
+                RouterTests.expectProblem(response, .unauthorized, "interaction_required")
+            }
+            // The flow's own browser already uses it: the finish endpoint sees the session.
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher?finishEndpointParam=done", method: .get, headers: browser) { response in
+                #expect(response.status == .seeOther)
+                #expect(response.headers[.location] == "https://parley.example/flows/\(id)/done")
+            }
+            #expect(flows.all.first { $0.idString == id }?.stagedCookies == nil)
+            #expect(try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: auth(token)) { $0.status } == .ok)
+
+            // Expired: what it staged never reaches the registration.
+            let other = try await Self.register(client, "sp")
+            let (_, otherStart) = try await Self.interaction(client, token: other, path: "/v1/proxy/api/data", kind: "saml2")
+            let otherBrowser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, otherStart) { Self.cookie($0) }]
+            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: otherBrowser, body: ByteBuffer(string: "SAMLResponse=x"))
+            clock.advance(by: .seconds(Int64(FlowService.lifetime) + 1))
+            try await client.execute(uri: "/web/sp/SAMLAuthLauncher?finishEndpointParam=done", method: .get, headers: otherBrowser) { response in
+                #expect(response.status == .gone)
+            }
+            try await client.execute(uri: "/v1/proxy/api/data", method: .get, headers: auth(other)) { response in
+                RouterTests.expectProblem(response, .unauthorized, "interaction_required")
+            }
+        }
+    }
+
     // MARK: otp
 
+    /// A SAML sign-in through the hosted upstream, to its end (its cookies reach the registration then).
+    static func signInWithSAML(_ client: any TestClientProtocol, token: String) async throws {
+        let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+        let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, samlStart) { Self.cookie($0) }]
+        _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x"))
+        try await client.execute(uri: "/web/sp/SAMLAuthLauncher?finishEndpointParam=done", method: .get, headers: browser) { response in
+            #expect(response.status == .seeOther, "the SAML flow completes at its finish")
+        }
+    }
+
     @Test func otpMetByAnAPICallIsAnOTPFlowThatTheCallbackCompletes() async throws {
-        let upstream = FakeUpstream(otpAfterSAML: true)
+        let upstream = FakeUpstream(otpForAPIOnly: true)
         let flows = InMemoryFlows()
         try await Self.withRouter(upstream, flows: flows) { client in
             let token = try await Self.register(client, "sp")
             // First the SAML sign-in, to reach the second factor.
-            let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let samlBrowser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, samlStart) { Self.cookie($0) }]
-            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: samlBrowser, body: ByteBuffer(string: "SAMLResponse=x"))
+            try await Self.signInWithSAML(client, token: token)
             // Now the API call meets the OTP challenge on its own: an otp flow.
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
             let (k, binding) = try await FlowConfirmationRouterTests.confirm(client, start) { response in
@@ -293,12 +344,10 @@ import Testing
     }
 
     @Test func theOTPCallbackPostsOnlyUnderTheDestination() async throws {
-        let upstream = FakeUpstream(otpAfterSAML: true, otpForm: "https://internal.example/admin/otp")
+        let upstream = FakeUpstream(otpForAPIOnly: true, otpForm: "https://internal.example/admin/otp")
         try await Self.withRouter(upstream) { client in
             let token = try await Self.register(client, "sp")
-            let (_, samlStart) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
-            let browser: HTTPFields = [.cookie: try await FlowConfirmationRouterTests.confirm(client, samlStart) { Self.cookie($0) }]
-            _ = try await client.execute(uri: "/web/sp/acs", method: .post, headers: browser, body: ByteBuffer(string: "SAMLResponse=x"))
+            try await Self.signInWithSAML(client, token: token)
             let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "otp")
             let k = String(start.split(separator: "k=").last ?? "")
             try await client.execute(uri: "/callback/otp?flow=\(id)&k=\(k)&passcode=123456", method: .get) { response in
@@ -323,6 +372,7 @@ import Testing
                 let page = String(buffer: response.body)
                 #expect(page.contains("<label for=\"username\">") && page.contains("type=\"password\""))
                 #expect(page.contains("action=\"/flows/\(id)/credentials\""))
+                #expect(page.contains("<h1>Sign in to Forms &amp; Co &lt;HR&gt;</h1>"), "the form names the destination by its displayName")
                 #expect(response.headers[.contentSecurityPolicy]?.contains("form-action 'self'") == true)
             }
             let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
@@ -372,7 +422,6 @@ import Testing
             }
             #expect(flows.all.first { $0.idString == id }?.status == .failed)
             try await client.execute(uri: "/flows/\(id)/done", method: .get) { response in
-                #expect(page.contains("<h1>Sign in to Forms &amp; Co &lt;HR&gt;</h1>"), "the form names the destination by its displayName")
                 #expect(response.status == .forbidden)
                 #expect(String(buffer: response.body).contains("data-parley-flow-status=\"failed\""))
             }

@@ -125,7 +125,8 @@ func compose(
             .smpRegistration: SMPActivation(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
                 secrets: secrets, audit: audit)
-        ], staging: staging)
+        ], staging: staging,
+        binding: IdentityBinding(registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) }))
     flows.metrics = metrics
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
@@ -177,7 +178,8 @@ func compose(
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
             confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL),
-            publicOrigin: URLParts(configuration.server.publicURL)?.origin),
+            publicOrigin: URLParts(configuration.server.publicURL)?.origin,
+            clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }),
         proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,

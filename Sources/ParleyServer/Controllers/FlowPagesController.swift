@@ -21,6 +21,8 @@ struct FlowPagesController: Sendable {
     let confirmation: FlowConfirmation
     /// Parley's own origin: a `sameOriginForm` post must come from it.
     let publicOrigin: String?
+    /// The client's address from the peer and `X-Forwarded-For` (`RateLimits.clientAddress`).
+    let clientAddress: @Sendable (_ peer: String?, _ forwardedFor: String?) -> String
 
     @Sendable func start(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         await Self.rendering {
@@ -32,16 +34,16 @@ struct FlowPagesController: Sendable {
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
             else { return .failure(.notFound("this flow cannot be started here")) }
-            return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
-        }
-            // Nothing leaves Parley on a GET of the flow URL until a person confirms.
-            if confirmation.isNeeded(for: registration) {
+            // Nothing leaves Parley on a GET of the flow URL until a person confirms: for a
+            // registration without a verified user, and for one whose flow of this kind cannot
+            // say who signed in (then the identity binding cannot protect it).
+            if confirmation.isNeeded(for: registration) || !handler.yieldsIdentity(for: destination) {
                 return confirmation.page(flow, secret: secret, registration: registration, destination: destination)
             }
+            return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
+        }
     }
 
-    /// The end page; with an allowed `returnUrl`, a `303` back to the app.
-    @Sendable func done(_ request: Request, context: ParleyRequestContext) async throws -> Response {
     /// `POST /flows/{id}/confirm`: the confirmation page's button. Only from Parley's own page,
     /// with the flow's secret and the page's token (which must match this browser's cookie);
     /// then the flow goes on as its start page goes for a verified user.
@@ -69,6 +71,8 @@ struct FlowPagesController: Sendable {
         }
     }
 
+    /// The end page; with an allowed `returnUrl`, a `303` back to the app.
+    @Sendable func done(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         await Self.rendering {
             guard let uuid = UUID(uuidString: context.parameters.get("id") ?? ""), let flow = try await flows.current(uuid) else {
                 return .failure(.notFound("no such flow"))
@@ -94,7 +98,7 @@ struct FlowPagesController: Sendable {
     /// The handler that serves a kind's route: refuses a `sameOriginForm` post from another
     /// site, decodes the query (and a `POST`'s form body), and renders what the kind answers.
     func handler(for route: FlowRoute) -> @Sendable (Request, ParleyRequestContext) async throws -> Response {
-        { [publicOrigin] request, context in
+        { [publicOrigin, clientAddress] request, context in
             await Self.rendering {
                 if route.sameOriginForm && !Self.isSameOrigin(request, publicOrigin: publicOrigin) {
                     return .failure(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
@@ -104,7 +108,8 @@ struct FlowPagesController: Sendable {
                     let body = try await request.body.collect(upTo: Self.maxFormBytes)
                     fields += PercentEncoding.decodeForm(String(buffer: body)) ?? []
                 }
-                return try await route.handler(FlowInput(id: context.parameters.get("id"), fields: fields), context.logger)
+                let client = clientAddress(context.peerAddress, request.headers[HTTPField.Name("X-Forwarded-For")!])
+                return try await route.handler(FlowInput(id: context.parameters.get("id"), fields: fields, client: client), context.logger)
             }
         }
     }

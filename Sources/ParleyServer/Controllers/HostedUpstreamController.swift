@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import ParleyCrypto
+import ParleyEncoding
 
 /// `ANY /web/{destination}/…`, the hosted upstream's web path: forwards a bound browser's
 /// requests through the registration's browser conversation (`UpstreamExchange`) and lets
@@ -46,8 +47,23 @@ struct HostedUpstreamController: Sendable {
             outgoing.headers.set("X-Forwarded-Host", parts.port.map { "\(parts.host):\($0)" } ?? parts.host)
             outgoing.headers.set("X-Forwarded-Prefix", parts.path + "/web/" + name)
         }
+        var body = request.body
+        var declaredLength = request.headers[.contentLength].flatMap(Int64.init)
+        // A form post the kind reads first (a SAMLResponse on its way to the ACS): read whole
+        // (pages' forms are small), judged, then sent on as it came.
+        if request.method == .post, kind.readsFormPosts(for: destination),
+            request.headers[.contentType]?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true
+        {
+            let bytes = try await request.body.collect(upTo: Int(Self.maxBodyBytes))
+            let fields = PercentEncoding.decodeForm(String(buffer: bytes)) ?? []
+            if try await kind.formPosted(fields, flow: flow, destination: destination, logger: context.logger) == .ended {
+                return finished(flow, destination: destination)
+            }
+            body = RequestBody(buffer: bytes)
+            declaredLength = Int64(bytes.readableBytes)
+        }
         let result = try await exchange.send(
-            outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: Self.maxBodyBytes,
+            outgoing, body: body, declaredLength: declaredLength, limit: Self.maxBodyBytes,
             through: try conversations.browserManager(for: registration, flow: flow))
         guard case .response(var response) = result else {
             return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
@@ -56,9 +72,15 @@ struct HostedUpstreamController: Sendable {
         if let location = response.headers["Location"], let upstream = space?.upstreamLocation(location) {
             response.headers.set("Location", upstream)
         }
-        if try await kind.answer(&response, requestURL: outgoing.url, flow: flow, destination: destination, logger: context.logger) == .complete {
+        switch try await kind.answer(&response, requestURL: outgoing.url, flow: flow, destination: destination, logger: context.logger) {
+        case .forward:
+            break
+        case .complete:
             response.body.discard()
             try await flows.finish(flow, status: .completed, error: nil, logger: context.logger)
+            return finished(flow, destination: destination)
+        case .ended:
+            response.body.discard()
             return finished(flow, destination: destination)
         }
         return try await browserResponse(response, requestURL: outgoing.url, destination: destination, isHead: request.method == .head)

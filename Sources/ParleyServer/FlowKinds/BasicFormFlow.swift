@@ -43,6 +43,9 @@ struct BasicFormFlow: FlowKindHandler {
 
     func isOffered(by destination: Destination) -> Bool { destination.basic?.form == true }
 
+    /// The username the upstream accepts is who signed in.
+    func yieldsIdentity(for destination: Destination) -> Bool { true }
+
     func scopeKey(for destination: Destination) -> String? { nil }
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {

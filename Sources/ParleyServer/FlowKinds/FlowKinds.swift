@@ -37,6 +37,8 @@ extension FlowPage {
 struct FlowInput: Sendable {
     let id: String?
     let fields: [(String, String)]
+    /// The browser's address (the balancer's `X-Forwarded-For` only from a trusted proxy).
+    var client: String? = nil
 
     /// The first value of a field.
     func value(_ name: String) -> String? { fields.first { $0.0 == name }?.1 }
@@ -67,24 +69,49 @@ protocol FlowKindHandler: Sendable {
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage
     /// Callbacks and other browser routes this kind needs; `kinds` are all registered kinds.
     func routes(_ kinds: FlowKinds) -> [FlowRoute]
+    /// Whether this kind's sign-ins at `destination` say who signed in (so the binding can
+    /// hold them to the registration's user); a kind that cannot is never started unasked.
+    func yieldsIdentity(for destination: Destination) -> Bool
 }
 
 extension FlowKindHandler {
     func routes(_ kinds: FlowKinds) -> [FlowRoute] { [] }
+    func yieldsIdentity(for destination: Destination) -> Bool { false }
 }
 
-/// What the hosted upstream does with an upstream answer on the web path.
-enum HostedVerdict: Sendable, Equatable { case forward, complete }
+/// What the hosted upstream does with an upstream answer on the web path: forward it, complete
+/// the flow, or show the done page of a flow the kind has ended (failed) itself.
+enum HostedVerdict: Sendable, Equatable { case forward, complete, ended }
+
+/// What the hosted upstream does with a browser's form post before it goes upstream.
+enum HostedRequestVerdict: Sendable, Equatable { case forward, ended }
 
 /// A flow kind whose browser sees the upstream through `/web/{destination}/…`.
 protocol HostedFlowKind: FlowKindHandler {
     /// Looks at each upstream answer on the web path (its `Location` already in the
     /// upstream's address space) and decides: forward it to the browser (the kind may change
     /// its `Location`, and its own state, e.g. to follow a second factor), or the flow is
-    /// complete.
+    /// complete, or the kind ended it.
     func answer(
         _ response: inout UpstreamResponse, requestURL: String, flow: FlowRecord, destination: Destination, logger: Logger
     ) async throws -> HostedVerdict
+
+    /// Whether this kind reads the browser's form posts on the web path for `destination`
+    /// (a SAMLResponse on its way to the service provider's ACS).
+    func readsFormPosts(for destination: Destination) -> Bool
+
+    /// A browser's form post (`application/x-www-form-urlencoded`, decoded) before it goes
+    /// upstream: forward it, or the kind has ended the flow and nothing is sent.
+    func formPosted(_ fields: [(String, String)], flow: FlowRecord, destination: Destination, logger: Logger) async throws
+        -> HostedRequestVerdict
+}
+
+extension HostedFlowKind {
+    func readsFormPosts(for destination: Destination) -> Bool { false }
+
+    func formPosted(_ fields: [(String, String)], flow: FlowRecord, destination: Destination, logger: Logger) async throws
+        -> HostedRequestVerdict
+    { .forward }
 }
 
 /// A flow kind that may be waiting for a one-time passcode (`/callback/otp`).

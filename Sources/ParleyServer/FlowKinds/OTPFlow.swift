@@ -30,6 +30,9 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
 
     func isOffered(by destination: Destination) -> Bool { false }  // only a challenge starts one
 
+    /// A second factor adds no identity: the first factor's, already held to the user, stands.
+    func yieldsIdentity(for destination: Destination) -> Bool { true }
+
     func scopeKey(for destination: Destination) -> String? { nil }
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {

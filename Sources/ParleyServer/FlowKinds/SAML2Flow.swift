@@ -1,6 +1,7 @@
 import AuthFlows
 import Conversation
 import Logging
+import SAMLIdentity
 
 /// SAML2 web SSO through the hosted upstream. The start page binds the browser and
 /// opens the destination's finish endpoint first (seed: "the first thing opened"); the
@@ -11,20 +12,41 @@ import Logging
 /// A second factor met on the way (an OTP challenge) is this kind's own decision: the flow
 /// follows it in the same browser, remembers the OTP form in its state (where a passcode
 /// from `/callback/otp` goes too), and finishes at the OTP finish instead (`OTPFlow.isFinish`).
+///
+/// Who signed in: with `saml2.idpCertificates` configured, the `SAMLResponse` the browser posts
+/// through the web path on its way to the SP's ACS is read (`SAMLIdentityReader`: its signature
+/// must verify against those certificates, wrapped or extra assertions are refused). A sign-in
+/// as somebody other than the registration's user ends the flow there, before the SP sees it;
+/// the identity is kept in the flow's state and binds a registration without a user when the
+/// flow completes. A response that cannot be read sets no user, and a registration that has
+/// one does not go on without a readable sign-in.
 struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
-    /// What the flow keeps (sealed in the row): the OTP form once a second factor was met.
-    struct State: Codable, Sendable { var otpForm: String? }
+    /// Failed because the SAML sign-in could not be read while the registration has a user.
+    static let unverified = "identity_unverified"
+
+    /// What the flow keeps (sealed in the row): the OTP form once a second factor was met, and
+    /// who signed in at the identity provider, once read.
+    struct State: Codable, Sendable {
+        var otpForm: String?
+        var signedIn: SignedInIdentity?
+    }
 
     let kind: FlowKind = .saml2
     let hosted: HostedBinding
     let state: FlowKindState<State>
+    let flows: FlowService
+    let registrations: any RegistrationRepository
 
     init(_ environment: FlowKindEnvironment) {
         hosted = environment.hosted
         state = environment.state(State.self)
+        flows = environment.flows
+        registrations = environment.registrations
     }
 
     func isOffered(by destination: Destination) -> Bool { destination.saml2 != nil }
+
+    func yieldsIdentity(for destination: Destination) -> Bool { destination.saml2?.idpCertificates.isEmpty == false }
 
     func scopeKey(for destination: Destination) -> String? { nil }
 
@@ -42,11 +64,13 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
         if let otp = destination.otp, let form = OTPFlow.openFormOnChallenge(&response, requestURL: requestURL, settings: otp),
             otpForm == nil
         {
-            try await state.update(flow) { $0 = State(otpForm: form) }
+            try await state.update(flow) { current in current = State(otpForm: form, signedIn: current?.signedIn) }
             otpForm = form
             logger.info("flow continues with a second factor", metadata: ["flow.id": .string(flow.idString)])
         }
-        if otpForm != nil, let otp = destination.otp { return OTPFlow.isFinish(requestURL: requestURL, response: response, settings: otp) }
+        if otpForm != nil, let otp = destination.otp {
+            return try await completing(OTPFlow.isFinish(requestURL: requestURL, response: response, settings: otp), flow, logger: logger)
+        }
         guard let settings = destination.saml2, (200..<400).contains(response.status),
             let requested = URLParts(requestURL), let finish = URLParts(destination.baseURL + settings.finishEndpoint),
             requested.path == finish.path,
@@ -54,6 +78,46 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
                 $0 == Substring(settings.finishEndpointParam) || $0.hasPrefix(settings.finishEndpointParam + "=")
             })
         else { return .forward }
-        return try await SAML2Detector(settings: settings).isChallenge(&response) ? .forward : .complete
+        return try await SAML2Detector(settings: settings).isChallenge(&response) ? .forward : completing(.complete, flow, logger: logger)
+    }
+
+    /// A finish met: the sign-in read at the ACS must be the registration's user (a first one
+    /// binds it); then the flow completes, else it has ended failed.
+    private func completing(_ verdict: HostedVerdict, _ flow: FlowRecord, logger: Logger) async throws -> HostedVerdict {
+        guard verdict == .complete, let current = try await flows.flows.find(id: flow.id), let signedIn = try state.read(current)?.signedIn
+        else { return verdict }
+        return try await flows.admit(current, signedIn: signedIn, logger: logger) ? .complete : .ended
+    }
+
+    func readsFormPosts(for destination: Destination) -> Bool { destination.saml2?.idpCertificates.isEmpty == false }
+
+    /// The `SAMLResponse` on its way to the SP's ACS: who signed in, read before the SP sees it.
+    func formPosted(_ fields: [(String, String)], flow: FlowRecord, destination: Destination, logger: Logger) async throws
+        -> HostedRequestVerdict
+    {
+        guard let certificates = destination.saml2?.idpCertificates, !certificates.isEmpty,
+            let response = fields.first(where: { $0.0 == "SAMLResponse" })?.1
+        else { return .forward }
+        let registration = try await registrations.find(id: flow.registrationID)
+        switch SAMLIdentityReader.read(samlResponse: response, trusting: certificates) {
+        case .failure(let error):
+            logger.info(
+                "a SAML response through the hosted upstream names no verifiable sign-in",
+                metadata: ["flow.id": .string(flow.idString), "saml.check": .string(error.check.description)])
+            // Without a readable sign-in a registration that has a user cannot be judged: it ends here.
+            guard registration?.user == nil else {
+                try await flows.finish(flow, status: .failed, error: Self.unverified, logger: logger)
+                return .ended
+            }
+            return .forward
+        case .success(let identity):
+            let signedIn = SignedInIdentity(issuer: identity.issuer, subject: identity.nameID)
+            if let user = registration?.user, !user.matches(signedIn.subject) {
+                _ = try await flows.admit(flow, signedIn: signedIn, logger: logger)  // ends it, identity_mismatch
+                return .ended
+            }
+            try await state.update(flow) { current in current = State(otpForm: current?.otpForm, signedIn: signedIn) }
+            return .forward
+        }
     }
 }
