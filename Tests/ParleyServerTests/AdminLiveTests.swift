@@ -20,6 +20,32 @@ import Testing
         return try await live.request(method, target, headers: headers, body: bytes)
     }
 
+    /// No admin answer carries a flow's secret: a `login_required` registration's flow shows
+    /// with `url: null`, while its own client still gets the URL.
+    @Test func adminAnswersCarryNoFlowSecret() async throws {
+        try await withLiveParley(destinations: { url in
+            var destination = OAuth2Tests.destination(url, grant: "authorization_code", clientID: "parley-public", secret: nil)
+            destination.smp = .init(appId: "com.example.app")
+            return [destination]
+        }) { live in
+            let created = try await live.json("POST", "/v1/registrations", ["destination": "as"])
+            #expect(created.json?["status"] as? String == "login_required", "\(created.text)")
+            let id = try #require(created.json?["id"] as? String)
+            let token = try #require(created.json?["clientToken"] as? String)
+            let own = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect(((own.json?["flow"] as? [String: Any])?["url"] as? String)?.contains("?k=") == true)
+            for target in ["/admin/v1/registrations", "/admin/v1/registrations/\(id)", "/admin/v1/audit", "/admin/v1/registrations?destination=as"] {
+                let answer = try await Self.adminJSON(live, "GET", target)
+                #expect(answer.status == 200)
+                #expect(!answer.text.contains("k="), "\(target) carries a flow secret: \(answer.text)")
+            }
+            let detail = try await Self.adminJSON(live, "GET", "/admin/v1/registrations/\(id)")
+            let flow = try #require(detail.json?["flow"] as? [String: Any])
+            #expect(flow["id"] as? String == (created.json?["flow"] as? [String: Any])?["id"] as? String)
+            #expect(flow["url"] is NSNull)
+        }
+    }
+
     @Test func pagingAcross1200RegistrationsWhileNewOnesArrive() async throws {
         try await withLiveParley { live in
             var existing = Set<String>()

@@ -28,7 +28,7 @@ struct AdminController: Sendable {
     /// `POST /admin/v1/registrations/{id}/approval`
     @Sendable func approve(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let approved = try await service.approve(try await registration(context), admin: context.admin, logger: context.logger)
-        return try JSONBody.response(.ok, RegistrationView(approved.record, appcid: nil, flow: approved.flow))
+        return try JSONBody.response(.ok, RegistrationView(approved.record, appcid: nil, flow: approved.flow?.withoutSecret))
     }
 
     /// `POST /admin/v1/revocations`
@@ -134,6 +134,16 @@ struct RevocationRequest: Decodable, Sendable {
 
 // MARK: - Answers
 
+extension FlowView {
+    /// The flow as administrators see it: `url` is `null`. The URL carries the flow's secret, and
+    /// whoever opens it can sign in for the registration; it belongs to the registration's client.
+    var withoutSecret: FlowView {
+        var view = self
+        view.url = nil
+        return view
+    }
+}
+
 /// `{"items": [...], "nextCursor": string|null}`: a page of a newest-first list.
 struct ListPage<Item: Encodable & Sendable>: Encodable, Sendable {
     let items: [Item]
@@ -147,7 +157,7 @@ struct AdminRegistrationView: Encodable, Sendable {
     let tokens: [TokenView]
 
     init(_ admin: AdminRegistration) {
-        registration = RegistrationView(admin.record, appcid: nil, flow: admin.flow)
+        registration = RegistrationView(admin.record, appcid: nil, flow: admin.flow?.withoutSecret)
         tokens = admin.tokens.map(TokenView.init)
     }
 

@@ -3536,7 +3536,7 @@ public enum EmbeddedOpenAPI {
                 ],
                 "responses": {
                   "200": {
-                    "description": "The registration after approval.",
+                    "description": "The registration after approval (a `login_required` one's `flow` with `url: null`).",
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
@@ -3912,7 +3912,7 @@ public enum EmbeddedOpenAPI {
                       "null"
                     ],
                     "format": "uri",
-                    "description": "The browser URL `PUBLIC_URL/flows/{id}?k=<secret>`; give it only to the user's browser. `null` only when the stored secret can no longer be opened with the configured key ring."
+                    "description": "The browser URL `PUBLIC_URL/flows/{id}?k=<secret>`; give it only to the user's browser. `null` in every admin answer, and when the stored secret can no longer be opened with the configured key ring."
                   },
                   "expiresAt": {
                     "type": "string",
@@ -4295,7 +4295,7 @@ public enum EmbeddedOpenAPI {
                         "type": "null"
                       }
                     ],
-                    "description": "The pending sign-in flow while `status` is `login_required`; `null` otherwise."
+                    "description": "The pending sign-in flow while `status` is `login_required`, with `url` always `null`: the flow URL carries the flow's secret, and no admin answer does; `null` otherwise."
                   },
                   "tokens": {
                     "type": "array",
