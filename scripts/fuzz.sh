@@ -15,7 +15,7 @@ command -v swift >/dev/null || { echo "swift is not on PATH (Swift 6 toolchain n
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(response-head set-cookie token-response proxy-path destinations callback-query saml-response)
+[ ${#targets[@]} -gt 0 ] || targets=(response-head set-cookie token-response proxy-path destinations callback-query saml-response userinfo)
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: scripts/fuzz.sh [seconds-per-target] [target…]" >&2; exit 2; }
 [ "$seconds" -gt 0 ] || { echo "fuzzing skipped (0 s per target)"; exit 0; }
 toolchain="$(dirname "$(readlink -f "$(command -v swift)")")/.."

@@ -79,6 +79,7 @@ struct FuzzCommand {
             case .destinations: { fuzzOne(.destinations, $0, $1) }
             case .callbackQuery: { fuzzOne(.callbackQuery, $0, $1) }
             case .samlResponse: { fuzzOne(.samlResponse, $0, $1) }
+            case .userinfo: { fuzzOne(.userinfo, $0, $1) }
             }
         // libFuzzer keeps argv for the life of the process: copies that are never freed.
         var argc = Int32(arguments.count)

@@ -27,6 +27,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable, Codable {
     /// `SAMLIdentityReader.read`: the decoded `SAMLResponse` (XML), trusting the captured
     /// SimpleSAMLphp IdP's certificate (Tests/Fixtures/saml/captured).
     case samlResponse = "saml-response"
+    /// `Userinfo.subject(from:)`: an OpenID Connect userinfo answer's body.
+    case userinfo
 
     public func run(_ input: [UInt8]) -> [String] {
         switch self {
@@ -37,6 +39,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable, Codable {
         case .destinations: Targets.destinations(input)
         case .callbackQuery: Targets.callbackQuery(input)
         case .samlResponse: Targets.samlResponse(input)
+        case .userinfo: Targets.userinfo(input)
         }
     }
 }

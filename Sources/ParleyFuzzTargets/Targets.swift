@@ -94,6 +94,11 @@ enum Targets {
             if let refresh = token.refreshToken, refresh != previous, refresh.isEmpty || refresh.utf8.count > TokenResponse.maxTokenBytes {
                 broken.append("an empty or oversized refresh token was accepted")
             }
+            if let idToken = token.idToken,
+                idToken.isEmpty || idToken.utf8.count > TokenResponse.maxTokenBytes || idToken.utf8.contains(where: { $0 < 0x20 || $0 >= 0x7F })
+            {
+                broken.append("an empty, oversized or unprintable id_token was kept")
+            }
             guard let expiry = token.expiresAt else {
                 broken.append("a token without an expiry")
                 break
@@ -108,6 +113,21 @@ enum Targets {
             }
         case .invalidGrant, .malformed:
             break
+        }
+        return broken
+    }
+
+    // MARK: userinfo
+
+    /// A "yes" names somebody: 1 to `Userinfo.maxSubjectBytes` bytes without control
+    /// characters, from a body no larger than `Userinfo.maxBodyBytes`.
+    static func userinfo(_ input: [UInt8]) -> [String] {
+        guard let subject = Userinfo.subject(from: input) else { return [] }
+        var broken: [String] = []
+        if input.count > Userinfo.maxBodyBytes { broken.append("a subject from a body of \(input.count) bytes") }
+        if subject.isEmpty || subject.utf8.count > Userinfo.maxSubjectBytes { broken.append("a subject of \(subject.utf8.count) bytes") }
+        if subject.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            broken.append("a subject with control characters")
         }
         return broken
     }
