@@ -338,15 +338,14 @@ final class AsyncLock: Sendable {
 
 extension ParleyDependencies {
     /// Every repository in memory, a fake transport, and the given clock: no sockets, no database.
+    /// Every repository in memory; a test that looks into one passes its own twin, and the
+    /// administration queries run over the same twins.
     public static func inMemory(
         transport: any Transport = FakeTransport { _ in .text(404) }, clock: any WallClock = TestClock(),
-        readiness: StaticReadiness = StaticReadiness()
+        readiness: StaticReadiness = StaticReadiness(), registrations: InMemoryRegistrations = InMemoryRegistrations(),
+        cookies: InMemoryCookies = InMemoryCookies(), tokens: InMemoryTokens = InMemoryTokens(), audit: InMemoryAudit = InMemoryAudit()
     ) -> ParleyDependencies {
-        let registrations = InMemoryRegistrations()
-        let cookies = InMemoryCookies()
-        let tokens = InMemoryTokens()
-        let audit = InMemoryAudit()
-        return ParleyDependencies(
+        ParleyDependencies(
             registrations: registrations, flows: InMemoryFlows(), cookies: cookies, tokens: tokens, audit: audit,
             administration: InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit),
             flowSignals: InMemoryFlowSignals(), cacheSignals: InMemoryCacheSignals(), readiness: readiness, transport: transport,

@@ -47,12 +47,9 @@ import Testing
                     try DestinationSpec(name: "a", url: "https://a.example", basic: .init()).validated(),
                     try DestinationSpec(name: "b", url: "https://b.example", basic: .init()).validated(),
                 ])
-            var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { [upstream] in upstream.answer($0) })
-            dependencies.registrations = registrations
-            dependencies.tokens = tokens
-            dependencies.cookies = cookies
-            dependencies.audit = audit
-            dependencies.administration = InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit)
+            let dependencies = ParleyDependencies.inMemory(
+                transport: FakeTransport { [upstream] in upstream.answer($0) }, registrations: registrations, cookies: cookies, tokens: tokens,
+                audit: audit)
             let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
             try await app.test(.router) { client in try await body(client) }
         }

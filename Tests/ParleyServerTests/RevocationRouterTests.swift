@@ -45,12 +45,8 @@ import Testing
         let registrations = InMemoryRegistrations()
         let cookies = InMemoryCookies()
         let audit = InMemoryAudit()
-        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) })
-        dependencies.registrations = registrations
-        dependencies.tokens = tokens
-        dependencies.cookies = cookies
-        dependencies.audit = audit
-        dependencies.administration = InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit)
+        let dependencies = ParleyDependencies.inMemory(
+            transport: FakeTransport { upstream.answer($0) }, registrations: registrations, cookies: cookies, tokens: tokens, audit: audit)
         let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
