@@ -45,11 +45,14 @@ import Testing
         var anonymous = sp
         anonymous.name = "sp-anonymous"
         anonymous.saml2?.idpCertificates = nil
+        var anonymousAS = oauth
+        anonymousAS.name = "as-anonymous"
+        anonymousAS.oauth2?.userinfoEndpoint = nil
         return ParleyConfiguration(
             server: .init(publicURL: publicURL), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
             destinations: [
                 try sp.validated(), try oauth.validated(), try form.validated(), try consent.validated(), try silent.validated(),
-                try anonymous.validated(),
+                try anonymous.validated(), try anonymousAS.validated(),
             ],
             identityProviders: [IdentityProvider(issuer: issuer, jwksURI: jwks, audiences: ["parley"])])
     }
@@ -255,6 +258,11 @@ import Testing
                 #expect(response.status == .ok)
                 #expect(String(buffer: response.body).contains("data-parley-confirm"))
             }
+            // The same for oauth2 without an id_token or userinfo, whose request asks for a fresh sign-in too.
+            let (_, oauthStart) = try await Self.registrationWithFlow(
+                client, "as-anonymous", kind: "oauth2", extra: ["identityToken": try world.identityToken()])
+            let location = try await Self.confirm(client, oauthStart) { Self.onward($0) }
+            #expect(location?.hasSuffix("&prompt=login") == true, "\(String(describing: location))")
         }
     }
 

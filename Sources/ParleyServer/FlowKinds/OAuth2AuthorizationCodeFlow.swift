@@ -88,8 +88,10 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         ]
         if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
         if let nonce { parameters.append(("nonce", nonce)) }
-        // Without a verified user, a session at the authorization server must not sign in unseen.
-        if let prompt = settings.prompt.value(verifiedUser: registration.hasVerifiedUser) { parameters.append(("prompt", prompt)) }
+        // Without a verified user, a session at the authorization server must not sign in unseen;
+        // nor with one whose sign-ins this destination cannot name (the binding cannot check them).
+        let checked = registration.hasVerifiedUser && yieldsIdentity(for: destination)
+        if let prompt = settings.prompt.value(verifiedUser: checked) { parameters.append(("prompt", prompt)) }
         let separator = endpoint.contains("?") ? "&" : "?"
         return .redirect(endpoint + separator + PercentEncoding.encodeForm(parameters), status: .found)
     }
