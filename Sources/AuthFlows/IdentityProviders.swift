@@ -1,4 +1,4 @@
-public import Conversation
+import Conversation
 
 /// An issuer of identity tokens (OIDC ID tokens, RFC 9068 access tokens) that Parley
 /// trusts to say who a registration's user is: the destinations file's top-level

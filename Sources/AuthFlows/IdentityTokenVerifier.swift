@@ -1,5 +1,5 @@
 public import Conversation
-public import Foundation
+import Foundation
 import JWTKit
 public import Logging
 import ParleyEncoding

@@ -1,6 +1,6 @@
 import Crypto
 import CryptoExtras
-public import Foundation
+import Foundation
 import ParleyEncoding
 
 /// The demo identity provider's signing keys, made when it starts, and JWTs signed with them:
