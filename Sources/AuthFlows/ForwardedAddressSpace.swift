@@ -48,6 +48,13 @@ public struct ForwardedAddressSpace: Sendable, Equatable {
         return upstreamOrigin.origin + path
     }
 
+    /// The answer's `Location`, when it names the browser's space, set to the upstream URL it stands for.
+    public func mapLocationBack(in response: inout UpstreamResponse) {
+        if let location = response.headers["Location"], let upstream = upstreamLocation(location) {
+            response.headers.set("Location", upstream)
+        }
+    }
+
     // MARK: cookies
 
     /// A `Set-Cookie` value with a `Domain` naming the public host and a `Path` at or under the

@@ -68,10 +68,7 @@ struct HostedUpstreamController: Sendable {
         guard case .response(var response) = result else {
             return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
         }
-        let space = conversations.addressSpace(of: destination)
-        if let location = response.headers["Location"], let upstream = space?.upstreamLocation(location) {
-            response.headers.set("Location", upstream)
-        }
+        conversations.addressSpace(of: destination)?.mapLocationBack(in: &response)
         switch try await kind.answer(&response, requestURL: outgoing.url, flow: flow, destination: destination, logger: context.logger) {
         case .forward:
             break

@@ -105,9 +105,7 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
         guard case .response(var response) = result else { return .failure(.invalid("the passcode was not accepted")) }
         response.body.discard()
         // An upstream that answers in the browser's address space: its `Location` in its own.
-        if let location = response.headers["Location"], let upstream = conversations.addressSpace(of: destination)?.upstreamLocation(location) {
-            response.headers.set("Location", upstream)
-        }
+        conversations.addressSpace(of: destination)?.mapLocationBack(in: &response)
         guard Self.isFinish(requestURL: form, response: response, settings: otp) == .complete else {
             logger.info("otp passcode refused upstream", metadata: ["flow.id": .string(flow.idString)])
             return .failure(.invalid("the passcode was not accepted; try the next one"))
