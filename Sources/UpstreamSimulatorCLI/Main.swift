@@ -57,6 +57,11 @@ import UpstreamSimulator
             case "--oauth-issuer":
                 guard let value = arguments.popFirst() else { usage("--oauth-issuer needs a URL") }
                 configuration.oauthIssuer = value
+            case "--access-token-seconds":
+                guard let value = arguments.popFirst(), let seconds = Int(value), (1...86_400).contains(seconds) else {
+                    usage("--access-token-seconds needs a number in 1...86400")
+                }
+                configuration.accessTokenLifetime = .seconds(seconds)
             case "-h", "--help":
                 usage(nil)
             default:
@@ -89,7 +94,7 @@ import UpstreamSimulator
                                       [--saml-binding postForm|redirect] [--no-identifying-header]
                                       [--otp off|afterSAML] [--acs-url URL]... [--idp-base URL]
                                       [--cookie-scope mount|forwardedPrefix|forwardedPrefixSlash] [--cookie-domain]
-                                      [--oauth-user NAME:PASSWORD]... [--oauth-issuer URL]
+                                      [--oauth-user NAME:PASSWORD]... [--oauth-issuer URL] [--access-token-seconds N]
               --acs-url       an ACS URL the mock IdP accepts (repeatable; POST /control/saml/acs at run time)
               --idp-base      where browsers reach the IdP (default http://127.0.0.1:<port>)
               --cookie-scope  the Path of the /sp and /basic-otp session cookies: mount (/sp, the default),
@@ -98,6 +103,7 @@ import UpstreamSimulator
               --oauth-user    a user of the OAuth2 authorization server besides alice (repeatable; replaces
                               the default second user, bob:builder)
               --oauth-issuer  the issuer of its id_tokens (default http://127.0.0.1:<port>)
+              --access-token-seconds  how long its access tokens live (default 3600; the soak uses short ones)
             """)
         exit(problem == nil ? 0 : 64)
     }
