@@ -105,7 +105,8 @@ func compose(
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
-    let binding = HostedBinding(publicURL: configuration.server.publicURL)
+    let binding = HostedBinding(
+        publicURL: configuration.server.publicURL, webURL: configuration.server.webPublicURL, secrets: secrets, clock: d.clock)
     let staging = CookieStaging(flows: d.flows, secrets: secrets, cookies: d.cookies, clock: d.clock)
     let conversations = Conversations(
         destinations: configuration.destinations, configurator: configurator,
@@ -190,7 +191,10 @@ func compose(
                 invalidation: invalidation, audit: audit),
             service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         hostedUpstream: hostedUpstream,
-        flowRoutes: kinds.routes)
+        flowRoutes: kinds.routes,
+        webHandover: binding.handover.map {
+            WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations)
+        })
 
     let routeTable = RouteTable()
     for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
@@ -203,6 +207,7 @@ func compose(
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
+    if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost)) }
     addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.keys.adminTokenHashes)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(

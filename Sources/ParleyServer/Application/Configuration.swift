@@ -102,19 +102,26 @@ public struct ParleyConfiguration: Sendable {
 }
 
 extension ParleyConfiguration {
-    /// Where Parley listens and how it is reached: `PARLEY_LISTEN`, `PARLEY_PUBLIC_URL`.
+    /// Where Parley listens and how it is reached: `PARLEY_LISTEN`, `PARLEY_PUBLIC_URL`,
+    /// `PARLEY_WEB_PUBLIC_URL`.
     public struct Server: Sendable {
         public var host: String
         public var port: Int
         /// External base URL, possibly with a path prefix, without a trailing slash.
         public var publicURL: String
+        /// The hosted upstream's own origin (`/web/{destination}/…` is seen there, nowhere else),
+        /// possibly with a path prefix, without a trailing slash; nil: it shares `publicURL`.
+        public var webPublicURL: String? {
+            didSet { webPublicURL = webPublicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } }
+        }
 
         /// Without a public URL, `http://host:port`.
-        public init(host: String = "127.0.0.1", port: Int = 8080, publicURL: String? = nil) {
+        public init(host: String = "127.0.0.1", port: Int = 8080, publicURL: String? = nil, webPublicURL: String? = nil) {
             self.host = host
             self.port = port
             let url = publicURL ?? "http://\(host):\(port)"
             self.publicURL = url.hasSuffix("/") ? String(url.dropLast()) : url
+            self.webPublicURL = webPublicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
         }
 
         init(reading settings: SettingsReader) {
@@ -128,10 +135,22 @@ extension ParleyConfiguration {
                     settings.report("\(settings.variable("listen")) must be host:port, got '\(listen.prefix(80))'")
                 }
             }
-            self.init(host: host, port: port, publicURL: settings.string("public_url"))
+            self.init(host: host, port: port, publicURL: settings.string("public_url"), webPublicURL: settings.string("web_public_url"))
             if URLParts(publicURL) == nil || URLParts(publicURL)?.query != nil {
                 settings.report(
                     "\(settings.variable("public_url")) must be an absolute http(s) URL without query, got '\(publicURL.prefix(200))'")
+            }
+            if let web = webPublicURL {
+                if URLParts(web) == nil || URLParts(web)?.query != nil || web.contains("#") {
+                    settings.report(
+                        "\(settings.variable("web_public_url")) must be an absolute http(s) URL without query or fragment, got '\(web.prefix(200))'"
+                    )
+                } else if let webHost = URLParts(web)?.host, webHost == URLParts(publicURL)?.host {
+                    // Cookies are kept per host, not per port: another port is no origin of its own.
+                    settings.report(
+                        "\(settings.variable("web_public_url")) must name another host than \(settings.variable("public_url")) (both name '\(webHost.prefix(200))')"
+                    )
+                }
             }
         }
     }

@@ -13,6 +13,8 @@ struct Controllers: Sendable {
     let hostedUpstream: HostedUpstreamController
     /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
     let flowRoutes: [FlowRoute]
+    /// The hand-over to the web origin, when the hosted upstream has one (`PARLEY_WEB_PUBLIC_URL`).
+    var webHandover: WebHandoverController? = nil
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -58,6 +60,11 @@ func addRoutes(
     for method in ProxyController.methods {
         router.on("/web/{destination}", method: method, use: c.hostedUpstream.handle)
         router.on("/web/{destination}/**", method: method, use: c.hostedUpstream.handle)
+    }
+    // With a web origin of its own, the browser is handed over to it (`WebHandover`).
+    if let handover = c.webHandover {
+        router.get("/flows/{id}/bind", use: handover.ticket)
+        router.get("/web-bind/{destination}", use: handover.bind)
     }
 
     // Administrators (admin token).

@@ -11,21 +11,42 @@ import Foundation
 /// and is never forwarded. Requests go out with the flow's registration's cookies (and
 /// Basic credentials when asked); what the upstream sets lands in its sealed jar and
 /// never reaches the browser. Upstream-origin `Location`s are mapped into the path.
+///
+/// With a web origin of its own (`PARLEY_WEB_PUBLIC_URL`) the web path is seen there, away
+/// from Parley's pages, and the start page hands the browser over to it (`WebHandover`),
+/// which sets the binding cookie on the web origin.
 struct HostedBinding: Sendable {
     static let cookieName = "parley_flow"
 
-    let publicURL: String
+    /// Where the web path is seen: `PARLEY_WEB_PUBLIC_URL`, else `PARLEY_PUBLIC_URL`.
+    let webURL: String
+    /// Set when the web path has an origin of its own.
+    let handover: WebHandover?
 
-    var publicParts: URLParts? { URLParts(publicURL) }
+    init(publicURL: String, webURL: String? = nil, secrets: Secrets? = nil, clock: (any WallClock)? = nil) {
+        self.webURL = webURL ?? publicURL
+        if let webURL, let secrets, let clock {
+            handover = WebHandover(secrets: secrets, clock: clock, publicURL: publicURL, webURL: webURL)
+        } else {
+            handover = nil
+        }
+    }
 
-    /// Where a destination's upstream is seen: `PUBLIC_URL/web/{destination}`.
-    func base(_ destination: String) -> String { publicURL + "/web/" + destination }
+    /// The browser's side of the web path (the web origin's, when it has one).
+    var publicParts: URLParts? { URLParts(webURL) }
 
-    /// The browser path the binding cookie is scoped to (under the public URL's path prefix).
+    /// Where a destination's upstream is seen: `WEB_URL/web/{destination}`.
+    func base(_ destination: String) -> String { webURL + "/web/" + destination }
+
+    /// The browser path the binding cookie is scoped to (under the web URL's path prefix).
     func cookiePath(_ destination: String) -> String { (publicParts?.path ?? "") + "/web/" + destination + "/" }
 
     func bindingCookie(flow: FlowRecord, secret: String, destination: String) -> String {
-        cookie(value: flow.idString + "." + secret, destination: destination, maxAge: Int(FlowService.lifetime))
+        bindingCookie(flowID: flow.idString, secret: secret, destination: destination)
+    }
+
+    func bindingCookie(flowID: String, secret: String, destination: String) -> String {
+        cookie(value: flowID + "." + secret, destination: destination, maxAge: Int(FlowService.lifetime))
     }
 
     func clearingCookie(destination: String) -> String { cookie(value: "", destination: destination, maxAge: 0) }
@@ -36,10 +57,11 @@ struct HostedBinding: Sendable {
     }
 
     /// The start of a hosted flow: bind the browser, then open `upstreamURL` through the web path.
+    /// With a web origin of its own, the browser is handed over to it first.
     func begin(_ flow: FlowRecord, secret: String, destination: Destination, upstreamURL: String) -> FlowPage {
-        .redirect(
-            publicLocation(forUpstream: upstreamURL, destination: destination) ?? upstreamURL,
-            cookies: [bindingCookie(flow: flow, secret: secret, destination: destination.name)])
+        let location = publicLocation(forUpstream: upstreamURL, destination: destination) ?? upstreamURL
+        if let handover { return handover.start(flow: flow, secret: secret, destination: destination.name, location: location) }
+        return .redirect(location, cookies: [bindingCookie(flow: flow, secret: secret, destination: destination.name)])
     }
 
     /// An upstream URL under the destination's URL, as the browser sees it; nil for any other URL.
