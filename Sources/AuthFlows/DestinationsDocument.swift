@@ -23,15 +23,32 @@ public enum DestinationsDocument {
         public let identityProviders: [IdentityProvider]
     }
 
-    /// The written form of the whole file; one problem (the first the decoder met) otherwise.
+    /// The written form of the whole file, in which every key is one its type knows. Otherwise
+    /// every key no type knows (with its place and the nearest known key: a misspelt `polcy`
+    /// must not start an open destination), together with the first decoding error, or with
+    /// every problem `validate` finds when the file decodes.
     public static func decodeContents(_ text: String, source: String = "destinations") throws(DestinationSpec.Invalid) -> Contents {
+        let recorder = KeyRecorder()
+        guard let recorderKey = KeyChecked<Contents>.recorderKey else { throw DestinationSpec.Invalid(problems: ["\(source): cannot check its keys"]) }
+        let contents: Contents
         do {
-            return try YAMLDecoder().decode(Contents.self, from: text)
+            contents = try YAMLDecoder().decode(KeyChecked<Contents>.self, from: text, userInfo: [recorderKey: recorder]).value
         } catch let error as DecodingError {
-            throw DestinationSpec.Invalid(problems: ["\(source): \(describe(error))"])
+            var line = "\(source): \(describe(error))"
+            if case .keyNotFound(let key, let context) = error, let near = recorder.misspelling(of: key.stringValue, at: context.codingPath) {
+                line += " (is '\(near.prefix(80))' a misspelling?)"
+            }
+            throw DestinationSpec.Invalid(problems: [line] + recorder.unknownKeys().map { "\(source): \($0)" })
         } catch {
             throw DestinationSpec.Invalid(problems: ["\(source): not valid YAML (\(error))"])
         }
+        let unknown = recorder.unknownKeys().map { "\(source): \($0)" }
+        guard unknown.isEmpty else {
+            var problems = unknown
+            do { _ = try validate(contents) } catch { problems += error.problems }
+            throw DestinationSpec.Invalid(problems: problems)
+        }
+        return contents
     }
 
     /// The written form of every entry; one problem (the first the decoder met) otherwise.
@@ -102,5 +119,19 @@ public enum DestinationsDocument {
             return "bad value at \(path(context)): \(context.debugDescription)"
         @unknown default: return "cannot decode"
         }
+    }
+}
+
+/// Decodes `Value` through a `KeyCheckingDecoder` whose recorder travels in `userInfo`.
+private struct KeyChecked<Value: Decodable>: Decodable {
+    static var recorderKey: CodingUserInfoKey? { CodingUserInfoKey(rawValue: "parley.keyRecorder") }
+    let value: Value
+
+    init(from decoder: any Decoder) throws {
+        guard let key = Self.recorderKey, let recorder = decoder.userInfo[key] as? KeyRecorder else {
+            value = try Value(from: decoder)
+            return
+        }
+        value = try Value(from: KeyCheckingDecoder(base: decoder, recorder: recorder))
     }
 }

@@ -1,4 +1,5 @@
 import AuthFlows
+import Foundation
 import Testing
 
 /// The destinations file's text to checked destinations, every problem at once.
@@ -92,6 +93,105 @@ import Testing
             try DestinationsDocument.decode("destinations:\n  - name: a\n", source: "d.yaml")
         } throws: { error in
             (error as? DestinationSpec.Invalid)?.problems == ["d.yaml: missing 'url' at .destinations[0]"]
+        }
+    }
+
+    /// A misspelt key must not fail open: `registration: { polcy: approval }` would start an
+    /// open destination. Every key no type knows, at every level, is a problem naming the key,
+    /// its place and the nearest known key, reported with every other problem of the file.
+    @Test func everyUnknownKeyIsAProblemWithItsPlaceAndTheNearestKnownKey() {
+        let text = """
+            destinations:
+              - name: a
+                url: "https://a.example"
+              - name: b
+                url: "https://b.example"
+                oauth:
+                  grant: client_credentials
+              - name: sim
+                url: "https://sim.example"
+                registration: { polcy: approval }
+                basic: { from: true }
+                saml2: { finishEndpont: /x }
+                otp: { passcodeFeild: code, additionalParams: { anything: goes } }
+                identity: { mach: email }
+                timeouts: { totalSecond: 3 }
+                smp: { appId: x, appID: y }
+                oauth2:
+                  grant: client_credentials
+                  tokenEndpoint: "https://as.example/t"
+                  clientId: c
+                  clientSecret: s
+                  isuer: "https://as.example"
+                  challenge: { statusses: [401] }
+                  scopeKeys: [{ prefix: "https://sim.example/a", key: "https://sim.example/a", kye: k }]
+              - name: "bad name"
+                url: "https://c.example"
+            identityProviders:
+              - { issuer: "https://idp.example", jwksUri: "https://idp.example/jwks", audiences: [p], userclaim: email }
+            identityProvider: []
+            """
+        let expected = [
+            "destinations: unknown key 'oauth' at destinations[1] (b).oauth (did you mean 'oauth2'?)",
+            "destinations: unknown key 'polcy' at destinations[2] (sim).registration.polcy (did you mean 'policy'?)",
+            "destinations: unknown key 'from' at destinations[2] (sim).basic.from (did you mean 'form'?)",
+            "destinations: unknown key 'appID' at destinations[2] (sim).smp.appID (did you mean 'appId'?)",
+            "destinations: unknown key 'totalSecond' at destinations[2] (sim).timeouts.totalSecond (did you mean 'totalSeconds'?)",
+            "destinations: unknown key 'finishEndpont' at destinations[2] (sim).saml2.finishEndpont (did you mean 'finishEndpoint'?)",
+            "destinations: unknown key 'passcodeFeild' at destinations[2] (sim).otp.passcodeFeild (did you mean 'passcodeField'?)",
+            "destinations: unknown key 'statusses' at destinations[2] (sim).oauth2.challenge.statusses (did you mean 'statuses'?)",
+            "destinations: unknown key 'kye' at destinations[2] (sim).oauth2.scopeKeys[0].kye (did you mean 'key'?)",
+            "destinations: unknown key 'isuer' at destinations[2] (sim).oauth2.isuer (did you mean 'issuer'?)",
+            "destinations: unknown key 'mach' at destinations[2] (sim).identity.mach (did you mean 'match'?)",
+            "destinations: unknown key 'userclaim' at identityProviders[0].userclaim (did you mean 'userClaim'?)",
+            "destinations: unknown key 'identityProvider' at identityProvider (did you mean 'identityProviders'?)",
+            "destination 'bad name': name must be letters, digits, '-', '_' or '.'",
+        ]
+        var problems: [String] = []
+        do { _ = try DestinationsDocument.read(text) } catch { problems = error.problems }
+        #expect(Set(problems) == Set(expected), "\(problems)")
+        #expect(problems.count == expected.count)
+        // The whole file as the server loads it says the same.
+        #expect(throws: DestinationSpec.Invalid.self) { try DestinationsDocument.decodeContents(text) }
+    }
+
+    /// A decoding error (a required key misspelt) is reported with the unknown keys of the
+    /// entries that decoded, and names the key that was probably meant.
+    @Test func aMissingKeyNamesItsLikelyMisspellingAndTheOtherUnknownKeys() {
+        let text = """
+            destinations:
+              - { name: a, url: "https://a.example", csrff: true }
+              - { name: b, url: "https://b.example", smp: { appid: x } }
+            """
+        var problems: [String] = []
+        do { _ = try DestinationsDocument.read(text) } catch { problems = error.problems }
+        #expect(
+            problems == [
+                "destinations: missing 'appId' at .destinations[1].smp (is 'appid' a misspelling?)",
+                "destinations: unknown key 'csrff' at destinations[0] (a).csrff (did you mean 'csrf'?)",
+            ])
+    }
+
+    /// The files people copy still load: the Kubernetes example's destinations, the demo's
+    /// (`scripts/run.sh`), and every destinations example in docs/api.md.
+    @Test func theExampleFilesStillLoad() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let secret = try String(contentsOfFile: root + "/deploy/kubernetes/secret.example.yaml", encoding: .utf8)
+        let embedded = try #require(secret.components(separatedBy: "destinations.yaml: |\n").last)
+        let kubernetes = embedded.split(separator: "\n", omittingEmptySubsequences: false).map { $0.hasPrefix("    ") ? String($0.dropFirst(4)) : String($0) }
+        #expect(try DestinationsDocument.readContents(kubernetes.joined(separator: "\n")).destinations.count >= 1)
+
+        let script = try String(contentsOfFile: root + "/scripts/run.sh", encoding: .utf8)
+        let heredoc = try #require(script.components(separatedBy: "<<YAML\n").dropFirst().first?.components(separatedBy: "\nYAML\n").first)
+        let demo = heredoc.replacingOccurrences(of: "$sim_port", with: "8081").replacingOccurrences(of: "$sim", with: "http://127.0.0.1:8081")
+        #expect(try DestinationsDocument.readContents(demo).destinations.map(\.name) == ["demo", "demo-client", "demo-oauth", "demo-saml", "demo-otp"])
+
+        let api = try String(contentsOfFile: root + "/docs/api.md", encoding: .utf8)
+        let blocks = api.components(separatedBy: "```yaml\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }
+            .filter { $0.contains("destinations:") }
+        #expect(!blocks.isEmpty)
+        for block in blocks {
+            #expect(throws: Never.self, "\(block.prefix(80))") { try DestinationsDocument.decodeContents(block) }
         }
     }
 }
