@@ -116,8 +116,10 @@ private func checkAuthorization(_ parameters: OAuthParameters, _ configuration: 
             prompt: Set((parameters["prompt"] ?? "").split(separator: " "))))
 }
 
-private func redirect(to uri: String, _ parameters: [(String, String?)]) -> Response {
-    let query = parameters.compactMap { name, value in value.map { "\(name)=\(SimHTTP.formEncode($0))" } }
+/// An authorization response: its parameters, and `iss` naming this server (RFC 9207), as
+/// Keycloak and other servers that advertise `authorization_response_iss_parameter_supported` do.
+private func redirect(to uri: String, issuer: String, _ parameters: [(String, String?)]) -> Response {
+    let query = (parameters + [("iss", issuer)]).compactMap { name, value in value.map { "\(name)=\(SimHTTP.formEncode($0))" } }
         .joined(separator: "&")
     let location = uri + (uri.contains("?") ? "&" : "?") + query
     return Response(status: .found, headers: [.location: location, .cacheControl: "no-store"])
@@ -194,7 +196,9 @@ private func issuer(_ configuration: SimulatorConfiguration, _ state: SimulatorS
 }
 
 /// A code for `subject`, answered to the client's redirect URI (`302`).
-private func issueCode(_ authorization: AuthorizationRequest, subject: String, _ oauth: OAuthState, cookie: String? = nil) -> Response {
+private func issueCode(
+    _ authorization: AuthorizationRequest, subject: String, _ oauth: OAuthState, issuer: String, cookie: String? = nil
+) -> Response {
     let code = oauth.issueCode(
         .init(
             grant: OAuthGrant(
@@ -204,7 +208,7 @@ private func issueCode(_ authorization: AuthorizationRequest, subject: String, _
             codeChallenge: authorization.codeChallenge,
             expires: .now.advanced(by: codeLifetime)
         ))
-    var response = redirect(to: authorization.redirectURI, [("code", code), ("state", authorization.state)])
+    var response = redirect(to: authorization.redirectURI, issuer: issuer, [("code", code), ("state", authorization.state)])
     if let cookie { response.headers[.setCookie] = cookie }
     return response
 }
@@ -282,7 +286,8 @@ private func scopeItems(_ scope: String?) -> Set<Substring> {
 /// - `GET /oauth/authorize` — the login page; with a live login session (the `AS_SESSION` cookie a
 ///   successful login sets, `Path=/oauth`) the code at once, without a page, unless the request
 ///   carries `prompt=login`; `prompt=none` without a session is `error=login_required`.
-///   `POST /oauth/authorize` — the login: `302` to `redirect_uri?code=…&state=…`, and a new session.
+///   `POST /oauth/authorize` — the login: `302` to `redirect_uri?code=…&state=…&iss=…`, and a new
+///   session. Every authorization response (errors too) names the issuer in `iss` (RFC 9207).
 /// - `POST /oauth/token` — grants `authorization_code` (+ PKCE S256), `client_credentials`,
 ///   `password`, `refresh_token` (rotating). A code granted with the `openid` scope also gets an
 ///   `id_token` (RS256, `kid`, `iss` = the issuer, `aud` = the client, `sub`, the request's
@@ -304,7 +309,8 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .badRequest(let message):
             return errorPage(message)
         case .redirectError(let uri, let error, let description, let returnedState):
-            return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
+            return redirect(
+                to: uri, issuer: issuer(configuration, state), [("error", error), ("error_description", description), ("state", returnedState)])
         case .valid(let authorization):
             // A login session answers at once, as a real authorization server does, unless the
             // client asks for the login again.
@@ -312,11 +318,11 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                 let subject = oauth.sessionSubject(session)
             {
                 oauth.countSilentAuthorization()
-                return issueCode(authorization, subject: subject, oauth)
+                return issueCode(authorization, subject: subject, oauth, issuer: issuer(configuration, state))
             }
             if authorization.prompt.contains("none") {
                 return redirect(
-                    to: authorization.redirectURI,
+                    to: authorization.redirectURI, issuer: issuer(configuration, state),
                     [("error", "login_required"), ("error_description", "no login session"), ("state", authorization.state)])
             }
             oauth.countAuthorizePage()
@@ -332,7 +338,8 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .badRequest(let message):
             return errorPage(message)
         case .redirectError(let uri, let error, let description, let returnedState):
-            return redirect(to: uri, [("error", error), ("error_description", description), ("state", returnedState)])
+            return redirect(
+                to: uri, issuer: issuer(configuration, state), [("error", error), ("error_description", description), ("state", returnedState)])
         case .valid(let authorization):
             guard
                 let subject = oauthSubject(
@@ -344,7 +351,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             oauth.countLogin(success: true)
             let session = oauth.startSession(subject: subject)
             return issueCode(
-                authorization, subject: subject, oauth, cookie: "\(sessionCookie)=\(session); Path=/oauth; HttpOnly; SameSite=Lax")
+                authorization, subject: subject, oauth, issuer: issuer(configuration, state), cookie: "\(sessionCookie)=\(session); Path=/oauth; HttpOnly; SameSite=Lax")
         }
     }
 

@@ -374,4 +374,56 @@ import UpstreamSimulator
             #expect(world.server.state.withLock { $0.jwksFetches } == 0)
         }
     }
+
+    // MARK: iss (RFC 9207)
+
+    /// The mix-up defence: an authorization response naming another issuer than the
+    /// destination's `oauth2.issuer` ends the flow `issuer_mismatch` and its code never reaches
+    /// the token endpoint; the right issuer, or none, completes; at a destination that names no
+    /// issuer, `iss` is not compared.
+    @Test func anAuthorizationResponseFromAnotherIssuerIsRefusedBeforeTheCodeIsExchanged() async throws {
+        let world = try World()
+        try await world.run { client in
+            let (_, token) = try await Self.register(client, "oidc")
+            func signIn(iss: String?) async throws -> (id: String, status: FlowStatus?, error: String?) {
+                let flow = try await Self.startFlow(client, token: token)
+                world.server.next(idToken: try world.signer.token(world.claims(sub: "alice", nonce: flow.parameters["nonce"])))
+                let iss = iss.map { "&iss=" + PercentEncoding.encodeFormComponent($0) } ?? ""
+                try await client.execute(uri: "/callback/oauth2?state=\(flow.parameters["state"] ?? "")&code=c0de\(iss)", method: .get) { response in
+                    #expect(response.status == .seeOther)
+                    #expect(response.headers[.location] == "\(Self.publicURL)/flows/\(flow.id)/done")
+                }
+                return (flow.id, world.flow(flow.id)?.status, world.flow(flow.id)?.error)
+            }
+            let right = try await signIn(iss: Self.issuer)
+            #expect(right.status == .completed && right.error == nil)
+            #expect(world.server.issued == 1)
+
+            let wrong = try await signIn(iss: "https://attacker.example")
+            #expect(wrong.status == .failed)
+            #expect(wrong.error == "issuer_mismatch")
+            #expect(world.server.issued == 1, "the code of another server's answer is never exchanged")
+            #expect(world.logs.all.contains { $0.contains("names another issuer") })
+
+            // An error answer naming another issuer fails the same way (not with its own error).
+            let flow = try await Self.startFlow(client, token: token)
+            try await client.execute(uri: "/callback/oauth2?state=\(flow.parameters["state"] ?? "")&error=access_denied&iss=https%3A%2F%2Fattacker.example", method: .get) { _ in }
+            #expect(world.flow(flow.id)?.error == "issuer_mismatch")
+
+            let absent = try await signIn(iss: nil)
+            #expect(absent.status == .completed && absent.error == nil)
+            #expect(world.server.issued == 2)
+        }
+    }
+
+    @Test func aDestinationThatNamesNoIssuerDoesNotCompareIss() async throws {
+        let world = try World()
+        try await world.run { client in
+            let (_, token) = try await Self.register(client, "plain")
+            let flow = try await Self.startFlow(client, token: token)
+            try await client.execute(uri: "/callback/oauth2?state=\(flow.parameters["state"] ?? "")&code=c0de&iss=https%3A%2F%2Fanyone.example", method: .get) { _ in }
+            #expect(world.flow(flow.id)?.status == .completed)
+            #expect(world.server.issued == 1)
+        }
+    }
 }

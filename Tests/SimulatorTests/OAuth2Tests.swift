@@ -29,6 +29,8 @@ struct OAuth2Tests {
             #expect(location.hasPrefix(redirectURI + "?code="))
             let query = queryItems(location)
             #expect(query["state"] == "xyz")
+            // RFC 9207: the authorization response names the issuer, as Keycloak's does.
+            #expect(query["iss"] == "http://127.0.0.1:\(port)")
             let code = try #require(query["code"])
 
             let redeem: [(String, String)] = [
@@ -115,6 +117,7 @@ struct OAuth2Tests {
             let location = try #require(noPKCE.header("Location"))
             #expect(queryItems(location)["error"] == "invalid_request")
             #expect(queryItems(location)["state"] == "s")
+            #expect(queryItems(location)["iss"] == "http://127.0.0.1:\(port)", "error answers name the issuer too")
 
             // The only registered URI is used when none is given; a confidential client may skip PKCE.
             let implicitRedirect = try await RawHTTP.request(

@@ -21,6 +21,9 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
     /// The flow error of a sign-in whose `id_token` is missing or fails a check (signature, `iss`,
     /// `aud`, time, `nonce`) at a destination with `oauth2.jwksUri`.
     static let invalidIDToken = "invalid_id_token"
+    /// The flow error of an authorization response whose `iss` (RFC 9207) is not the destination's
+    /// `oauth2.issuer`: an answer of another authorization server (a mix-up); its code is never exchanged.
+    static let issuerMismatch = "issuer_mismatch"
     /// The flow error of a sign-in whose userinfo answer names nobody.
     static let invalidUserinfo = "invalid_userinfo"
 
@@ -118,6 +121,21 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             return .failure(Problem(.gone, .flowExpired, "this sign-in took too long; start again in the app"))
         }
         let done = lifecycle.done(flow)
+        // RFC 9207 (mix-up defence): an authorization response that names its issuer must name
+        // this destination's `oauth2.issuer`, errors included; one from another server ends the
+        // flow before its code reaches any token endpoint. Without `oauth2.issuer` there is
+        // nothing to compare with, and an absent `iss` passes (docs/decisions.md).
+        let issuers = input.fields.filter { $0.0 == "iss" }.map(\.1)
+        if !issuers.isEmpty {
+            let registration = try await registrations.find(id: flow.registrationID)
+            let expected = registration.flatMap { try? conversations.destination(of: $0) }?.oauth2?.issuer
+            if let expected, issuers.count > 1 || !constantTimeEquals(Array(issuers[0].utf8), Array(expected.utf8)) {
+                logger.warning(
+                    "oauth2 sign-in refused: the authorization response names another issuer", metadata: ["flow.id": .string(flow.idString)])
+                try await lifecycle.finish(flow, status: .failed, error: Self.issuerMismatch, logger: logger)
+                return done
+            }
+        }
         if let error = value("error") {
             try await lifecycle.finish(flow, status: .failed, error: TokenEndpointClient.safeErrorCode(error), logger: logger)
             return done
