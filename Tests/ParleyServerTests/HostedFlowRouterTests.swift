@@ -297,6 +297,40 @@ import Testing
         }
     }
 
+    /// A client retrying a challenged call gets the same pending flow, not a new one each time;
+    /// once that flow has ended (completed, expired), the next challenge opens a new one.
+    @Test func aChallengedCallReusesThePendingFlowOfItsKind() async throws {
+        let upstream = FakeUpstream()
+        let flows = InMemoryFlows()
+        let clock = TestClock()
+        try await Self.withRouter(upstream, flows: flows, clock: clock) { client in
+            let token = try await Self.register(client, "sp")
+            let (first, firstURL) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            let (again, againURL) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/other", kind: "saml2")
+            #expect(again == first)
+            #expect(againURL == firstURL, "the same link, secret included")
+            #expect(flows.all.count == 1)
+
+            // Completed: the next challenge is a new flow.
+            let id = try #require(UUID(uuidString: first))
+            #expect(try await flows.finish(id: id, status: .completed, error: nil, at: clock.now))
+            clock.advance(by: .seconds(1))
+            let (second, _) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            #expect(second != first)
+            #expect(try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2").0 == second)
+
+            // Expired (or about to, with less than a minute left): a new one too.
+            clock.advance(by: .seconds(Int64(FlowService.lifetime - FlowService.reuseMargin) + 1))
+            let (third, _) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
+            #expect(third != second && third != first)
+            #expect(flows.all.count == 3)
+
+            // Another registration never gets this one's flow.
+            let other = try await Self.register(client, "sp")
+            #expect(try await Self.interaction(client, token: other, path: "/v1/proxy/api/data", kind: "saml2").0 != third)
+        }
+    }
+
     // MARK: otp
 
     /// A SAML sign-in through the hosted upstream, to its end (its cookies reach the registration then).

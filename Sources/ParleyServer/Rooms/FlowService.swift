@@ -123,10 +123,23 @@ struct FlowService: Sendable {
     /// Onward to the page every flow ends at.
     func done(_ flow: FlowRecord) -> FlowPage { .redirect(doneURL(flow)) }
 
-    /// The `401 interaction_required` answer: a new flow, in the body and in `Parley-Flow`.
+    /// A pending login flow must have this much left to be handed out again.
+    static let reuseMargin: TimeInterval = 60
+
+    /// The `401 interaction_required` answer: the registration's pending login flow of the same
+    /// kind and scope key when there is one (with at least `reuseMargin` left), else a new flow;
+    /// in the body and in `Parley-Flow`. A client retrying a challenged call does not pile up flows.
     func interactionRequired(_ interaction: InteractionRequest, registration: RegistrationRecord) async throws -> Problem {
-        let (flow, url) = try await create(
-            for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
+        let flow: FlowRecord
+        let url: String
+        if let pending = try await flows.latest(registrationID: registration.id, purpose: .login), pending.status == .pending,
+            pending.kind == interaction.kind, pending.scopeKey == interaction.scopeKey,
+            pending.expiresAt > clock.now.addingTimeInterval(Self.reuseMargin), let link = self.url(pending)
+        {
+            (flow, url) = (pending, link)
+        } else {
+            (flow, url) = try await create(for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
+        }
         var problem = Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
         problem.headers[.parleyFlow] = url
         problem.extra["flow"] = try JSONValueEncoder().encode(view(flow, url: url))
