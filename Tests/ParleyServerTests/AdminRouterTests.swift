@@ -118,6 +118,29 @@ import Testing
         }
     }
 
+    /// A PKCS#12 costs key derivation: only a request the policy admitted gets that far. Refused
+    /// by the enrolment policy, the upload is never opened (no import counted, `403`, not the
+    /// `400` of an unusable certificate); admitted, it is imported once.
+    @Test func aClientCertificateIsOpenedOnlyAfterThePolicyAdmitsTheRequest() async throws {
+        try await Self.withRouter { client in
+            let upload: [String: Any] = ["destination": "enrol", "clientCertificate": ["pkcs12": Base64.encode(Array(repeating: UInt8(0x30), count: 2048)), "password": "x"]]
+            func imports() async throws -> String {
+                let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+                return metrics.split(separator: "\n").first { $0.hasPrefix(#"parley_registrations_total{action="certificate_import"}"#) }.map(String.init) ?? "none"
+            }
+            for headers: HTTPFields in [[:], [HTTPField.Name("Parley-Enrolment")!: "wrong-secret"]] {
+                let refused = try await client.execute(uri: "/v1/registrations", method: .post, headers: headers, body: try RouterTests.body(upload)) { $0 }
+                RouterTests.expectProblem(refused, .forbidden, "forbidden")
+            }
+            #expect(try await imports() == "none")
+            let admitted = try await client.execute(
+                uri: "/v1/registrations", method: .post, headers: [HTTPField.Name("Parley-Enrolment")!: Self.enrolmentSecret],
+                body: try RouterTests.body(upload)) { $0 }
+            RouterTests.expectProblem(admitted, .badRequest, "invalid_request")
+            #expect(try await imports() == #"parley_registrations_total{action="certificate_import"} 1"#)
+        }
+    }
+
     @Test func approvalPolicyWaitsForAnAdministrator() async throws {
         try await Self.withRouter { client in
             let created = RouterTests.json(try await Self.register(client, "approve").body)

@@ -87,12 +87,25 @@ struct RegistrationService: Sendable {
         if let returnUrl = try InvalidInput.checkedText(input.returnUrl, "returnUrl"), !destination.allowsReturnURL(returnUrl) {
             throw RegistrationError.returnURLNotAllowed
         }
+        if case .enrolment(let expected) = destination.registrationPolicy {
+            let presented = SHA256.hash(Array((enrolmentSecret ?? "").utf8))
+            guard let enrolmentSecret, !enrolmentSecret.isEmpty, enrolmentSecret.utf8.count <= 512, constantTimeEquals(presented, expected) else {
+                await audit.record(
+                    .registrationRefused, actor: .client, destination: destination.name,
+                    detail: ["policy": "enrolment", "secret": enrolmentSecret == nil ? "missing" : "wrong"])
+                metrics.increment(.registrations, [("action", "refused")])
+                throw RegistrationError.enrolmentSecretRefused
+            }
+        }
+        let user = try await verifiedUser(input.identityToken, destination: destination, logger: logger)
         var certificate: ClientCertificateMaterial?
         if let c = input.clientCertificate {
             guard c.pkcs12.utf8.count <= 4 * ClientIdentity.maxPKCS12Bytes / 3 + 4, let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
                 throw RegistrationError.certificateNotBase64(maxBytes: ClientIdentity.maxPKCS12Bytes)
             }
-            // Checked and converted once, here, off the event loops; key derivation is bounded.
+            // Checked and converted to PEM once, here, off the event loops, and only for a request
+            // the destination's policy admitted; key derivation is bounded.
+            metrics.increment(.registrations, [("action", "certificate_import")])
             let password = c.password
             let outcome = try await NIOThreadPool.singleton.runIfActive { () -> Result<ClientIdentity, ClientIdentity.ImportError> in
                 do throws(ClientIdentity.ImportError) {
@@ -107,17 +120,6 @@ struct RegistrationService: Sendable {
             }
         }
 
-        if case .enrolment(let expected) = destination.registrationPolicy {
-            let presented = SHA256.hash(Array((enrolmentSecret ?? "").utf8))
-            guard let enrolmentSecret, !enrolmentSecret.isEmpty, enrolmentSecret.utf8.count <= 512, constantTimeEquals(presented, expected) else {
-                await audit.record(
-                    .registrationRefused, actor: .client, destination: destination.name,
-                    detail: ["policy": "enrolment", "secret": enrolmentSecret == nil ? "missing" : "wrong"])
-                metrics.increment(.registrations, [("action", "refused")])
-                throw RegistrationError.enrolmentSecretRefused
-            }
-        }
-        let user = try await verifiedUser(input.identityToken, destination: destination, logger: logger)
         let id = UUID()
         let token = SecretToken.generate(prefix: "pct_")
         let waits = destination.registrationPolicy == .approval
