@@ -2,21 +2,39 @@ public import Conversation
 import Synchronization
 
 /// SAP CSRF tokens per registration and origin, kept in memory only: they are
-/// upstream secrets tied to the upstream session and are never shown to anyone.
+/// upstream secrets tied to the upstream session and are never shown to anyone. Bounded:
+/// at most `capacity` tokens, each forgotten after `idleLifetime` unused (a forgotten one is
+/// fetched again before the next modifying request, as after a `403 Required`).
 public final class CSRFTokenCache: Sendable {
-    private let tokens = Mutex<[String: String]>([:])
+    private let tokens: Mutex<BoundedMap<String, String>>
+    private let clock: any WallClock
 
-    public init() {}
+    public static let defaultCapacity = 50_000
 
-    func token(for key: String) -> String? { tokens.withLock { $0[key] } }
-    func set(_ token: String?, for key: String) { tokens.withLock { $0[key] = token } }
+    public init(capacity: Int = CSRFTokenCache.defaultCapacity, idleLifetime: Duration = .seconds(3600), clock: any WallClock = SystemClock()) {
+        tokens = Mutex(BoundedMap(capacity: capacity, idleLifetime: idleLifetime))
+        self.clock = clock
+    }
+
+    /// How many tokens are held.
+    public var count: Int { tokens.withLock { $0.count } }
+
+    func token(for key: String) -> String? {
+        let now = clock.now
+        return tokens.withLock { $0.value(for: key, now: now) }
+    }
+
+    func set(_ token: String?, for key: String) {
+        let now = clock.now
+        tokens.withLock { $0.set(token, for: key, now: now) }
+    }
 
     /// Forgets every token (a lost cache signal).
     public func forgetAll() { tokens.withLock { $0.removeAll() } }
 
     /// Forgets every token of a registration.
     public func forget(registrationID: String) {
-        tokens.withLock { $0 = $0.filter { !$0.key.hasPrefix(registrationID + "|") } }
+        tokens.withLock { $0.removeAll { $0.hasPrefix(registrationID + "|") } }
     }
 }
 

@@ -103,12 +103,39 @@ final class MemoryCookieRecords: CookieRecords {
         }
     }
 
-    func manager(_ transport: FakeTransport, cache: CSRFTokenCache) -> ConversationManager {
+    func manager(_ transport: FakeTransport, cache: CSRFTokenCache, registrationID: String = "r1") -> ConversationManager {
         let configurator = DestinationConfigurator(
             transport: transport, cookieRecords: MemoryCookieRecords(), csrfTokens: cache, clock: TestClock(),
             logger: .init(label: "test"))
         let destination = try! DestinationSpec(name: "smp", url: "https://smp.example", csrf: true).validated()
-        return configurator.makeManager(for: destination, registration: RegistrationMaterial(registrationID: "r1"))
+        return configurator.makeManager(for: destination, registration: RegistrationMaterial(registrationID: registrationID))
+    }
+
+    /// The cache holds at most its capacity (a churn of registrations cannot grow it without
+    /// end) and forgets a token unused for its idle lifetime; a forgotten token is fetched again.
+    @Test func theTokenCacheIsBoundedAndAgesOut() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let transport = Self.upstream(fetches: fetches, token: Mutex<String>.Box("t1"))
+        let clock = TestClock()
+        let cache = CSRFTokenCache(capacity: 10, idleLifetime: .seconds(60), clock: clock)
+        var last: ConversationManager?
+        for n in 0..<100 {
+            let m = manager(transport, cache: cache, registrationID: "r\(n)")
+            last = m
+            guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+            else { Issue.record("no response"); return }
+            #expect(r.status == 201)
+            #expect(cache.count <= 10)
+            clock.advance(by: .milliseconds(10))
+        }
+        #expect(fetches.value.withLock { $0 } == 100)
+        // The most recent registration's token is still there; an hour later it is not.
+        let recent = try #require(last)
+        _ = try await recent.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        #expect(fetches.value.withLock { $0 } == 100)
+        clock.advance(by: .seconds(61))
+        _ = try await recent.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        #expect(fetches.value.withLock { $0 } == 101)
     }
 
     @Test func fetchesOnceThenReusesAndRefetchesWhenRequired() async throws {
