@@ -244,6 +244,7 @@ public enum BalancerExample {
         var listens = 0
         var certificates = 0
         var keys = 0
+        var accessLogs = 0
         let lines = example.components(separatedBy: "\n").map { line -> String in
             let trimmed = line.trimmingCharacters(in: .whitespaces)
             let indent = String(line.prefix { $0 == " " })
@@ -264,12 +265,19 @@ public enum BalancerExample {
                 keys += 1
                 return indent + "ssl_certificate_key \(key);"
             }
+            // The example's own log beside nginx's other files (the -p prefix), and the tests'
+            // `balancer` log (nginxMain) too, which a server's access_log would otherwise replace.
+            if let match = trimmed.firstMatch(of: /^access_log\s+\S+\s+(?<format>\S+);$/) {
+                accessLogs += 1
+                return indent + "access_log parley-access.log \(match.format); access_log access.log balancer;"
+            }
             return line
         }
-        guard servers == instancePorts.count, listens == 1, certificates == 1, keys == 1 else {
+        // Two server blocks: Parley's own name and the web origin's (PARLEY_WEB_PUBLIC_URL).
+        guard servers == instancePorts.count, listens == 2, certificates == 2, keys == 2, accessLogs == 2 else {
             throw TestHarnessError(
                 "deploy/nginx/parley.conf no longer has the expected shape: \(servers) upstream servers (want \(instancePorts.count)), "
-                    + "\(listens) listen 443 (want 1), \(certificates) ssl_certificate, \(keys) ssl_certificate_key (want 1 each)")
+                    + "\(listens) listen 443, \(certificates) ssl_certificate, \(keys) ssl_certificate_key, \(accessLogs) access_log (want 2 each)")
         }
         return lines.joined(separator: "\n")
     }
@@ -393,6 +401,11 @@ public final class ExampleNginx: Sendable {
     /// One line per request: `METHOD target status upstream=addr[, addr…] upstream_status=… t=<end, Unix seconds>`.
     public var accessLog: [String] {
         ((try? String(contentsOfFile: directory + "/access.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// The example's own access log (its `parley_paths` format), one line per request.
+    public var exampleAccessLog: [String] {
+        ((try? String(contentsOfFile: directory + "/parley-access.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
     /// Stops nginx (SIGTERM: a fast shutdown) and waits for it. Idempotent.

@@ -269,7 +269,9 @@ import Testing
         // A long-poll cut off by a stopping instance may have waited that long: it must still be resent.
         #expect(example.contains("proxy_next_upstream_timeout 75s;"))
         let retries = example.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { $0.hasPrefix("proxy_next_upstream ") }
-        #expect(retries == ["proxy_next_upstream error timeout;", "proxy_next_upstream off;"], "non-idempotent requests must not be resent")
+        #expect(
+            retries == ["proxy_next_upstream error timeout;", "proxy_next_upstream off;", "proxy_next_upstream error timeout;"],
+            "non-idempotent requests must not be resent")
         for header in ["X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host"] {
             #expect(example.contains("proxy_set_header \(header) "), "\(header)")
         }
@@ -300,6 +302,84 @@ import Testing
         #expect(example.contains("timeout server 75s"))
         #expect(example.contains("http-request disable-l7-retry unless { method GET HEAD PUT DELETE OPTIONS }"))
         #expect(example.contains("option redispatch"))
+    }
+
+    // MARK: Balancers: two names, and no secret in their logs
+
+    /// Requests that carry what must never be logged (a flow secret, an authorization code, a
+    /// passcode, a SAML response through the web path), on Parley's name and on the web origin's.
+    static let secretRequests: [(host: String, target: String)] = [
+        ("parley.example.com", "/parley/flows/0b5e0f6a-4a5e-4c59-9f0c-1d2e3f4a5b6c?k=SECRET-flow-k"),
+        ("parley.example.com", "/parley/callback/oauth2?code=SECRET-code&state=SECRET-state"),
+        ("parley.example.com", "/parley/callback/otp?flow=x&k=SECRET-otp-k&passcode=SECRET-passcode"),
+        ("web.parley.example.com", "/web/sp/saml/acs?SAMLResponse=SECRET-saml"),
+        ("web.parley.example.com", "/web-bind/sp?t=SECRET-ticket"),
+    ]
+
+    /// `curl` to `https://host:port/target` (any certificate), answering on 127.0.0.1: the status.
+    static func curl(_ host: String, _ port: Int, _ target: String) throws -> Int {
+        let result = try Tool.run(
+            "curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--resolve", "\(host):\(port):127.0.0.1", "https://\(host):\(port)\(target)"])
+        return Int(result.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    /// Waits (bounded) until `lines` holds `count` lines matching `filter`.
+    static func waitForLines(_ count: Int, timeout: Duration = .seconds(10), _ lines: () -> [String]) async throws -> [String] {
+        let deadline = ContinuousClock.now + timeout
+        while lines().count < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        return lines()
+    }
+
+    @Test func nginxServesBothNamesAndLogsNoQuery() async throws {
+        let certificates = try TestCertificates.generate()
+        defer { certificates.remove() }
+        let port = try FreePort.find()
+        // No instance runs: what is proxied fails (502), what is refused at nginx is 404.
+        let snippet = try BalancerExample.nginx(
+            example: try Self.read("nginx/parley.conf"), instancePorts: [try FreePort.find(), try FreePort.find(), try FreePort.find()],
+            listenPort: port, certificate: certificates.serverCertificatePath, key: certificates.serverKeyPath)
+        let nginx = try await ExampleNginx.start(snippet: snippet, port: port)
+        defer { nginx.remove() }
+        for (host, target) in Self.secretRequests {
+            #expect(try Self.curl(host, port, target) == 502, "\(host)\(target) was not proxied")
+        }
+        // The web origin's name reaches the instances for /web/… and /web-bind/… only.
+        for target in ["/v1/registrations/me", "/flows/x?k=SECRET-web-flows", "/parley/v1/registrations/me", "/admin/v1/registrations"] {
+            #expect(try Self.curl("web.parley.example.com", port, target) == 404, "web.parley.example.com\(target)")
+        }
+        let lines = try await Self.waitForLines(Self.secretRequests.count + 4) { nginx.exampleAccessLog }
+        #expect(lines.count == Self.secretRequests.count + 4, "\(lines)")
+        for line in lines { #expect(!line.contains("SECRET") && !line.contains("?"), "logged a query: \(line)") }
+        #expect(lines.contains { $0.contains("\"GET /parley/callback/otp HTTP/1.1\"") }, "the path is logged: \(lines)")
+        #expect(lines.contains { $0.contains("web.parley.example.com") && $0.contains("\"GET /web/sp/saml/acs HTTP/1.1\"") })
+    }
+
+    @Test func haproxyServesBothNamesAndLogsNoQuery() async throws {
+        let certificates = try TestCertificates.generate()
+        defer { certificates.remove() }
+        let pem = certificates.directory + "/server-with-key.pem"
+        let combined = try String(contentsOfFile: certificates.serverCertificatePath, encoding: .utf8)
+            + String(contentsOfFile: certificates.serverKeyPath, encoding: .utf8)
+        try combined.write(toFile: pem, atomically: true, encoding: .utf8)
+        let port = try FreePort.find()
+        let configuration = try BalancerExample.haproxy(
+            example: try Self.read("haproxy/parley.cfg"), certificate: pem, listenPort: port,
+            instancePorts: [try FreePort.find(), try FreePort.find(), try FreePort.find()])
+        let haproxy = try await ExampleHAProxy.start(configuration: configuration, port: port)
+        defer { haproxy.remove() }
+        // No instance runs: what reaches the backend fails (503), what HAProxy refuses is 404.
+        for (host, target) in Self.secretRequests {
+            #expect([502, 503].contains(try Self.curl(host, port, target)), "\(host)\(target) was not sent to the instances")
+        }
+        for target in ["/v1/registrations/me", "/flows/x?k=SECRET-web-flows", "/parley/v1/registrations/me", "/admin/v1/registrations"] {
+            #expect(try Self.curl("web.parley.example.com", port, target) == 404, "web.parley.example.com\(target)")
+        }
+        func requests() -> [String] { haproxy.log.split(separator: "\n").map(String.init).filter { $0.contains(" HTTP/") } }
+        let lines = try await Self.waitForLines(Self.secretRequests.count + 4, requests)
+        #expect(lines.count == Self.secretRequests.count + 4, "\(haproxy.log.suffix(3000))")
+        for line in lines { #expect(!line.contains("SECRET") && !line.contains("?"), "logged a query: \(line)") }
+        #expect(lines.contains { $0.contains("\"GET /parley/callback/otp HTTP/1.1\"") }, "the path is logged: \(lines)")
+        #expect(lines.contains { $0.contains("{web.parley.example.com") && $0.contains("\"GET /web/sp/saml/acs HTTP/1.1\"") })
     }
 
     // MARK: helpers
