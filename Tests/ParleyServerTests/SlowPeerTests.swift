@@ -49,6 +49,56 @@ import Glibc
     }
 }
 
+/// `PARLEY_MAX_CONNECTIONS` and `PARLEY_IDLE_TIMEOUT_SECONDS`: with N connections held open,
+/// the next one is not served until one of them closes; a connection that sends nothing is
+/// closed after the idle timeout (the request-head timeout set far beyond it).
+@Suite(.serialized) struct ConnectionLimitTests {
+    @Test func theConnectionPastTheCapWaitsUntilOneCloses() async throws {
+        try await withLiveParley(adjust: { $0.connections.maxConnections = 2 }) { live in
+            let (held, waited, servedAfterClose) = try await runOnOwnThread { () -> (Bool, String, String) in
+                // Two connections, each answered once and kept open: the cap is reached.
+                var open: [Int32] = []
+                defer { open.forEach { close($0) } }
+                var held = true
+                for _ in 0..<2 {
+                    let socket = try SlowClient.connect(port: live.port)
+                    open.append(socket)
+                    try SlowClient.send(socket, "GET /healthz HTTP/1.1\r\nHost: parley\r\n\r\n")
+                    held = held && SlowClient.readSome(socket).hasPrefix("HTTP/1.1 200")
+                }
+                // The third is accepted by the kernel's backlog, not by Parley: no answer.
+                let third = try SlowClient.connect(port: live.port)
+                defer { close(third) }
+                try SlowClient.send(third, "GET /healthz HTTP/1.1\r\nHost: parley\r\n\r\n")
+                let waited = SlowClient.readSome(third, timeoutMilliseconds: 1500)
+                // One of the two goes: the third is served.
+                close(open.removeFirst())
+                return (held, waited, SlowClient.readSome(third))
+            }
+            #expect(held)
+            #expect(waited == "", "the connection past the cap was served: \(waited.prefix(80))")
+            #expect(servedAfterClose.hasPrefix("HTTP/1.1 200"), "\(servedAfterClose.prefix(80))")
+        }
+    }
+
+    @Test func anIdleConnectionIsClosedAfterTheIdleTimeout() async throws {
+        try await withLiveParley(adjust: {
+            $0.connections.idleTimeout = .seconds(1)
+            $0.timeouts.requestHead = .seconds(3600)
+        }) { live in
+            let (answered, closedAfter) = try await runOnOwnThread { () -> (Bool, Double?) in
+                let socket = try SlowClient.connect(port: live.port)
+                defer { close(socket) }
+                try SlowClient.send(socket, "GET /healthz HTTP/1.1\r\nHost: parley\r\n\r\n")
+                let answer = SlowClient.readSome(socket)
+                return (answer.hasPrefix("HTTP/1.1 200"), SlowClient.waitForClose(socket, limit: 10))
+            }
+            #expect(answered)
+            #expect(closedAfter != nil && closedAfter! < 5, "\(String(describing: closedAfter))")
+        }
+    }
+}
+
 /// `Expect: 100-continue` (curl sends it before bodies over 1 MiB and then holds the body
 /// back for a second): Parley answers `100 Continue` on the head alone, then the final answer.
 @Suite struct ExpectContinueTests {
@@ -89,10 +139,10 @@ enum SlowClient {
         guard sent == bytes.count else { throw TestHarnessError("send failed") }
     }
 
-    static func readSome(_ fd: Int32) -> String {
+    static func readSome(_ fd: Int32, timeoutMilliseconds: Int32 = 5000) -> String {
         var buffer = [UInt8](repeating: 0, count: 4096)
         var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&pfd, 1, 5000) > 0 else { return "" }
+        guard poll(&pfd, 1, timeoutMilliseconds) > 0 else { return "" }
         let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         return n > 0 ? String(decoding: buffer.prefix(n), as: UTF8.self) : ""
     }

@@ -230,8 +230,10 @@ public func buildApplication(
             configuration: .init(additionalChannelHandlers: [
                 SlowPeerGuard(headTimeout: configuration.timeouts.requestHead, bodyIdleTimeout: configuration.timeouts.requestBodyIdle),
                 ContinueResponder(),
-            ])),
-        configuration: .init(address: .hostname(configuration.server.host, port: configuration.server.port), serverName: nil),
+            ], idleTimeout: .nanoseconds(Int64(configuration.connections.idleTimeout.components.seconds) * 1_000_000_000))),
+        configuration: .init(
+            address: .hostname(configuration.server.host, port: configuration.server.port), serverName: nil,
+            availableConnectionsDelegate: configuration.connections.acceptGate(logger: logger)),
         services: dependencies.services + composed.services + extraServices,
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
         logger: logger)

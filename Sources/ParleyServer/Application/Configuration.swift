@@ -23,6 +23,8 @@ public struct ParleyConfiguration: Sendable {
     public var rateLimits: RateLimitSettings
     public var timeouts: Timeouts
     public var housekeeping: Housekeeping
+    /// Client connections to this instance: `PARLEY_MAX_CONNECTIONS`, `PARLEY_IDLE_TIMEOUT_SECONDS`.
+    public var connections = Connections()
 
     /// Every problem with the configuration, one line each.
     public struct Invalid: Error, CustomStringConvertible {
@@ -69,11 +71,14 @@ public struct ParleyConfiguration: Sendable {
             let rateLimits = RateLimitSettings(reading: settings)
             let timeouts = Timeouts(reading: settings)
             let housekeeping = Housekeeping(reading: settings)
+            let connections = Connections(reading: settings)
             guard let keys else { return nil }
-            return ParleyConfiguration(
+            var configuration = ParleyConfiguration(
                 server: server, database: database, keys: keys, destinations: file.destinations, limits: limits, bodies: bodies,
                 transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping,
                 identityProviders: file.identityProviders)
+            configuration.connections = connections
+            return configuration
         }
     }
 
@@ -318,6 +323,25 @@ extension ParleyConfiguration {
             self.init(auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400))
         }
     }
+    /// Client connections: at most `maxConnections` open at once on this instance (more wait in the
+    /// listen backlog until one closes), and a connection with no request in progress that sends
+    /// nothing for `idleTimeout` is closed. `PARLEY_MAX_CONNECTIONS`, `PARLEY_IDLE_TIMEOUT_SECONDS`.
+    public struct Connections: Sendable {
+        public var maxConnections: Int
+        public var idleTimeout: Duration
+
+        public init(maxConnections: Int = 10_000, idleTimeout: Duration = .seconds(60)) {
+            self.maxConnections = maxConnections
+            self.idleTimeout = idleTimeout
+        }
+
+        init(reading settings: SettingsReader) {
+            self.init(
+                maxConnections: settings.int("max_connections", default: 10_000, in: 1...1_000_000),
+                idleTimeout: .seconds(settings.int("idle_timeout_seconds", default: 60, in: 1...86_400)))
+        }
+    }
+
 }
 
 extension CurlTransport.Configuration {
