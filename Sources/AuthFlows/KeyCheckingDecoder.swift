@@ -17,8 +17,14 @@ final class KeyRecorder {
     private(set) var objects: [Object] = []
     /// Each labelled object's path (`.destinations[2]`) to its `name`.
     private var labels: [String: String] = [:]
-    /// Per key type, the keys asked for in any object of that type, in the order asked.
+    /// Per key type, the keys asked for in any object of that type, in the order asked (and as a
+    /// set, so that a map of many keys costs a lookup per key).
     private var known: [ObjectIdentifier: [String]] = [:]
+    private var knownSet: [ObjectIdentifier: Set<String>] = [:]
+    /// The most unknown keys reported one by one; the rest are counted.
+    static let maxReported = 100
+    /// Keys of the operator's own, never read (YAML anchors to reuse, notes): `x-base: &b {…}`.
+    static let extensionPrefix = "x-"
 
     func open(path: [any CodingKey], keyType: ObjectIdentifier, present: [String], label: String?) -> Int {
         objects.append(Object(path: path, keyType: keyType, present: present, label: label))
@@ -27,7 +33,7 @@ final class KeyRecorder {
     }
 
     func asked(_ key: String, keyType: ObjectIdentifier) {
-        if known[keyType]?.contains(key) != true { known[keyType, default: []].append(key) }
+        if knownSet[keyType, default: []].insert(key).inserted { known[keyType, default: []].append(key) }
     }
 
     func abort(_ object: Int) { objects[object].aborted = true }
@@ -36,15 +42,22 @@ final class KeyRecorder {
     /// place written the way the documentation writes it and the nearest known key.
     func unknownKeys() -> [String] {
         var problems: [String] = []
+        var unreported = 0
         for object in objects where !object.aborted {
             let known = known[object.keyType] ?? []
-            for key in object.present where !known.contains(key) {
+            let knownSet = knownSet[object.keyType] ?? []
+            for key in object.present where !knownSet.contains(key) && !key.hasPrefix(Self.extensionPrefix) {
+                guard problems.count < Self.maxReported else {
+                    unreported += 1
+                    continue
+                }
                 let place = render(object.path + [PlainKey(stringValue: key)])
                 var line = "unknown key '\(key.prefix(80))' at \(place)"
                 if let nearest = Self.nearest(to: key, among: known) { line += " (did you mean '\(nearest)'?)" }
                 problems.append(line)
             }
         }
+        if unreported > 0 { problems.append("\(unreported) more unknown keys") }
         return problems
     }
 
@@ -52,8 +65,8 @@ final class KeyRecorder {
     func misspelling(of key: String, at path: [any CodingKey]) -> String? {
         let rendered = render(path, labels: false)
         guard let object = objects.last(where: { render($0.path, labels: false) == rendered }) else { return nil }
-        let candidates = object.present.filter { (known[object.keyType] ?? []).contains($0) == false }
-        guard let nearest = Self.nearest(to: key, among: candidates), Self.distance(nearest, key) <= max(2, key.count / 3) else { return nil }
+        let candidates = object.present.filter { knownSet[object.keyType]?.contains($0) != true }.prefix(Self.maxReported)
+        guard let nearest = Self.nearest(to: key, among: Array(candidates)), Self.distance(nearest, key) <= max(2, key.count / 3) else { return nil }
         return nearest
     }
 
@@ -87,10 +100,10 @@ final class KeyRecorder {
         return best?.key
     }
 
-    /// Levenshtein distance over lowercased characters; a key longer than 200 characters is
-    /// compared by its first 200, so that a hostile file costs little.
+    /// Levenshtein distance over lowercased characters; a key longer than 64 characters is
+    /// compared by its first 64, so that a hostile file costs little.
     static func distance(_ a: String, _ b: String) -> Int {
-        let x = Array(a.lowercased().prefix(200)), y = Array(b.lowercased().prefix(200))
+        let x = Array(a.prefix(64).lowercased()), y = Array(b.prefix(64).lowercased())
         if x.isEmpty { return y.count }
         if y.isEmpty { return x.count }
         var previous = Array(0...y.count)

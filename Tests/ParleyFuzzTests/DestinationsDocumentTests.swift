@@ -130,6 +130,7 @@ import Testing
             identityProviders:
               - { issuer: "https://idp.example", jwksUri: "https://idp.example/jwks", audiences: [p], userclaim: email }
             identityProvider: []
+            x-defaults: &defaults { csrf: true }
             """
         let expected = [
             "destinations: unknown key 'oauth' at destinations[1] (b).oauth (did you mean 'oauth2'?)",
