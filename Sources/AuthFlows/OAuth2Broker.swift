@@ -68,6 +68,8 @@ public final class OAuth2Broker: Sendable {
     let skew: TimeInterval
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
+    /// The most token keys kept in back-off at once.
+    static let maxBackoffEntries = 100_000
 
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
@@ -212,6 +214,14 @@ public final class OAuth2Broker: Sendable {
         let now = clock.now
         let wait = backoff.withLock { state -> Int64 in
             let failures = (state[key]?.failures ?? 0) + 1
+            // Bounded: at the ceiling, windows that closed an hour ago are forgotten (their
+            // failure count would start again at one anyway, as after a success).
+            if state[key] == nil, state.count >= Self.maxBackoffEntries {
+                state = state.filter { $0.value.until.addingTimeInterval(3600) > now }
+                if state.count >= Self.maxBackoffEntries, let oldest = state.min(by: { $0.value.until < $1.value.until }) {
+                    state[oldest.key] = nil
+                }
+            }
             let exponential = Int64(min(60, 1 << min(failures - 1, 6)))
             let seconds = max(min(error.retryAfter?.components.seconds ?? 0, 3600), exponential)
             state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures, error)
