@@ -1,6 +1,7 @@
 import AuthFlows
 import Conversation
 import Hummingbird
+import NIOHTTP1
 import ParleyCrypto
 import Store
 
@@ -61,6 +62,11 @@ extension Problem {
             case .badRequest: return .invalid("the request could not be read")
             default: return Problem(error.status, error.status.code >= 500 ? .internalError : .invalidRequest, error.status.reasonPhrase)
             }
+        case is HTTPParserError:
+            // The HTTP parser gave up inside a request body (a chunk size that is not hex, a
+            // bad chunk line, an unknown transfer coding, …): the client's framing, a 400; the
+            // parser has already doomed the connection, so it closes after this answer.
+            return .invalid("the request could not be read: its framing is not valid HTTP/1.1")
         default:
             return Problem(.internalServerError, .internalError, "an unexpected error occurred")
         }
