@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import NIOCore
 
@@ -20,15 +21,39 @@ struct OperationsController: Sendable {
         return try JSONBody.response(.ok, Status(status: "ready"))
     }
 
-    /// The OpenAPI 3.1 description of the thin-client and administration APIs.
+    /// The document's validator: `no-cache` asks a cache to revalidate, which needs one.
+    /// FNV-1a (64 bits) of the document compiled into this binary: it changes with the document.
+    static let openAPIETag: String = {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in EmbeddedOpenAPI.json.utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        }
+        let hex = String(hash, radix: 16)
+        return "\"" + String(repeating: "0", count: 16 - hex.count) + hex + "\""
+    }()
+
+    /// The OpenAPI 3.1 description of the thin-client and administration APIs; `304` when the
+    /// request's `If-None-Match` names the current document.
     @Sendable func openAPI(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        Response(
-            status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache"],
+        let tag = Self.openAPIETag
+        let matches = request.headers[values: .ifNoneMatch].contains { field in
+            field.split(separator: ",").contains { candidate in
+                let trimmed = candidate.trimmingCharacters(in: .whitespaces)
+                return trimmed == "*" || trimmed == tag || trimmed == "W/" + tag
+            }
+        }
+        if matches {
+            return Response(status: .notModified, headers: [.eTag: tag, .cacheControl: "no-cache"])
+        }
+        return Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-cache", .eTag: tag],
             body: .init(byteBuffer: ByteBuffer(string: EmbeddedOpenAPI.json)))
     }
 
+    /// A live reading: no cache may keep it.
     @Sendable func metricsText(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         Response(
-            status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: metrics.render())))
+            status: .ok, headers: [.contentType: "text/plain; version=0.0.4", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(bytes: metrics.render())))
     }
 }

@@ -24,9 +24,13 @@ struct RegistrationsController: Sendable {
         let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
         let created = try await service.register(
             input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], logger: context.logger)
-        return try JSONBody.response(
+        var response = try JSONBody.response(
             .created,
             RegistrationView(created.record, appcid: try service.appcid(of: created.record), flow: created.flow, clientToken: created.clientToken))
+        // Where the new registration is read (RFC 9110 §15.3.2), relative to this request's
+        // URI, so that it holds under any public path.
+        response.headers[.location] = "registrations/me"
+        return response
     }
 
     @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
