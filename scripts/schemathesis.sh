@@ -12,22 +12,32 @@
 # token halfway through the run.
 #
 # Checks: not_a_server_error, status_code_conformance, content_type_conformance,
-# response_schema_conformance, response_headers_conformance, and ignored_auth (the same
-# calls without a token must be refused with 401). Positive data only, a bounded
-# number of examples per operation, a fixed seed. Prints the operations and test cases of
-# each run and in total; exits non-zero when any check fails or a run errs.
+# response_schema_conformance, response_headers_conformance, negative_data_rejection (data the
+# document forbids must be refused with a 4xx), ignored_auth (the same calls without a token
+# must be refused with 401), and, in the stateful phase that follows the document's links
+# (createRegistration → adminGetRegistration / adminDeleteRegistration / adminApproveRegistration
+# / adminRevoke, adminDeleteRegistration → adminGetRegistration, startFlow → getFlow, …),
+# use_after_free (a deleted registration must be 404 afterwards) and
+# ensure_resource_availability (a created one must be readable). Positive and negative data
+# (`--mode all`) in the examples, coverage and fuzzing phases; valid data in the stateful
+# phase, whose chains need real ids. A bounded number of examples per operation, a fixed
+# seed. The admin run includes createRegistration, so its chains start from a real
+# registration; the optional <destination> (a configured destination's name) fills most
+# generated registrations' `destination`. Prints the operations and test cases of each run and
+# in total; exits non-zero when any check fails or a run errs.
 #
 # Installs schemathesis (pinned in scripts/schemathesis-requirements.txt) into a venv in
 # .local/schemathesis on first use. Environment (all optional):
 #   SCHEMATHESIS_SCHEMA        where the document is read (default <base-url>/openapi.json;
 #                              a file such as docs/openapi.json works too)
 #   SCHEMATHESIS_MAX_EXAMPLES  examples per operation in the fuzzing phase (default 25)
+#   SCHEMATHESIS_STATEFUL_EXAMPLES  scenarios of the stateful phase (default 60)
 #   SCHEMATHESIS_SEED          the seed (default 20250501)
 #   PYTHON                     the interpreter that creates the venv (default python3)
 set -euo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 <base-url> <client-token> <admin-token>" >&2
+if [ $# -lt 3 ] || [ $# -gt 4 ]; then
+  echo "usage: $0 <base-url> <client-token> <admin-token> [<destination>]" >&2
   exit 2
 fi
 base_url="${1%/}"
@@ -38,6 +48,8 @@ venv="$root/.local/schemathesis"
 python="${PYTHON:-python3}"
 max_examples="${SCHEMATHESIS_MAX_EXAMPLES:-25}"
 seed="${SCHEMATHESIS_SEED:-20250501}"
+stateful_examples="${SCHEMATHESIS_STATEFUL_EXAMPLES:-60}"
+case "$max_examples$stateful_examples" in *[!0-9]*) echo "schemathesis.sh: example counts are numbers" >&2; exit 2 ;; esac
 schema="${SCHEMATHESIS_SCHEMA:-$base_url/openapi.json}"
 
 # --- the venv ------------------------------------------------------------------------------
@@ -72,7 +84,32 @@ bearer = "${PARLEY_SCHEMATHESIS_CLIENT_TOKEN}"
 
 [auth.openapi.adminToken]
 bearer = "${PARLEY_SCHEMATHESIS_ADMIN_TOKEN}"
+
+# The stateful phase follows the document's links (create → read, delete → read, …) with valid
+# data, so that use_after_free and ensure_resource_availability see real chains; the other
+# phases send negative data too.
+[phases.stateful]
+max-steps = 8
+
+[phases.stateful.generation]
+mode = "positive"
 EOF
+echo "max-examples = $stateful_examples" >>"$work/schemathesis.toml"
+# A configured destination's name, when given, fills most generated registrations'
+# `destination`, so that `POST /v1/registrations` creates something the linked operations
+# (adminGetRegistration, adminDeleteRegistration, …) can then read, delete and read again.
+if [ $# -eq 4 ]; then
+  case "$4" in *[!A-Za-z0-9._-]*|"") echo "schemathesis.sh: the destination must be a plain name" >&2; exit 2 ;; esac
+  cat >>"$work/schemathesis.toml" <<EOF
+
+[dictionaries.destinations]
+values = ["$4"]
+
+[[operations]]
+include-operation-id = "createRegistration"
+parameters = { "body.destination" = { dictionary = "destinations", probability = 0.9 } }
+EOF
+fi
 export PARLEY_SCHEMATHESIS_CLIENT_TOKEN="$2"
 export PARLEY_SCHEMATHESIS_ADMIN_TOKEN="$3"
 
@@ -105,12 +142,12 @@ for name, path, variable in (("client", "/v1/registrations/me", "PARLEY_SCHEMATH
 sys.exit(0 if ok else 1)
 PY
 
-checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,ignored_auth
+checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,negative_data_rejection,ignored_auth,use_after_free,ensure_resource_availability
 common=(
   --url "$base_url"
   --checks "$checks"
-  --mode positive
-  --phases examples,coverage,fuzzing
+  --mode all
+  --phases examples,coverage,fuzzing,stateful
   --max-examples "$max_examples"
   --seed "$seed"
   --generation-database none
@@ -164,7 +201,7 @@ run() {
 
 run client-api --include-path-regex '^/(v1/|healthz$|readyz$|metrics$|openapi\.json$)' \
   --exclude-operation-id deleteOwnRegistration
-run admin-api --include-path-regex '^/admin/v1/'
+run admin-api --include-path-regex '^/admin/v1/' --include-operation-id createRegistration
 
 echo "== schemathesis summary (max $max_examples examples per operation, seed $seed)"
 for line in "${summary[@]}"; do echo "  $line"; done

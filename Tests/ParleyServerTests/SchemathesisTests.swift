@@ -6,11 +6,23 @@ import Testing
 /// administration APIs, with a bounded number of examples: no 5xx, every answer conforms
 /// to docs/openapi.json, every error is problem+json.
 @Suite(.serialized) struct SchemathesisTests {
+    static let adminToken = "schemathesis-admin-token-0123456789abcdef0123456789"
+
     @Test func bothAPIsConformToTheirDocument() async throws {
         let postgres = try await PostgresServer.shared()
         let database = try await postgres.createDatabase()
-        var env = ServeTests.environment(database: database, destinations: try ServeTests.destinationsFile(simulatorPort: 1))
-        env["PARLEY_ADMIN_TOKENS"] = "schemathesis-admin-token-0123"
+        // A destination with the Basic form: a registration without credentials can start a
+        // flow (`POST /v1/flows`), so the stateful phase follows startFlow → getFlow; its
+        // upstream is never reached (port 1), nothing here needs it.
+        let destinations = try ScratchFile.write(
+            """
+            destinations:
+              - name: sim
+                url: http://127.0.0.1:1
+                basic: { form: true }
+            """, suffix: ".yaml")
+        var env = ServeTests.environment(database: database, destinations: destinations)
+        env["PARLEY_ADMIN_TOKENS"] = Self.adminToken
         // The fuzzer registers far more often than a client address may.
         env["PARLEY_RATE_LIMIT_REGISTRATIONS"] = "off"
         let parley = try await ParleyProcess.start(environment: env)
@@ -23,7 +35,10 @@ import Testing
         let output = NSTemporaryDirectory() + "parley-schemathesis-\(UUID().uuidString).out"
         defer { try? FileManager.default.removeItem(atPath: output) }
         let status = try Spawn.runAndWait(
-            ["/bin/bash", packageRoot + "/scripts/schemathesis.sh", "http://127.0.0.1:\(parley.port)", token, "schemathesis-admin-token-0123"],
+            [
+                "/bin/bash", packageRoot + "/scripts/schemathesis.sh", "http://127.0.0.1:\(parley.port)", token, Self.adminToken,
+                "sim",
+            ],
             output: output, directory: packageRoot)
         let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
         print(text.split(separator: "\n").suffix(40).joined(separator: "\n"))

@@ -28,7 +28,10 @@ struct FlowsController: Sendable {
         }
         let (flow, url) = try await flows.create(
             for: context.registration, kind: kind, scopeKey: kinds[kind]?.scopeKey(for: destination))
-        return try JSONBody.response(.created, flows.view(flow, url: url))
+        var response = try JSONBody.response(.created, flows.view(flow, url: url))
+        // Where the new flow is read (RFC 9110 §15.3.2), relative to this request's URI.
+        response.headers[.location] = "flows/\(flow.id.uuidString.lowercased())"
+        return response
     }
 
     @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {

@@ -10,7 +10,7 @@ public enum EmbeddedOpenAPI {
             "title": "Parley",
             "version": "0.1.0",
             "summary": "A token broker between thin clients and upstream services.",
-            "description": "Parley sits between thin clients and upstream services (*destinations*) that use Basic authentication, client certificates, SAP CSRF tokens, SMP registrations (APPCID), SAML2, OTP and OAuth2. The clients never hold an upstream credential. The full reference is `docs/api.md`.\n\nConventions:\n\n- Request and response bodies of the API are JSON objects (UTF-8). The request `Content-Type` is not checked; unknown request members are ignored; a member of the wrong type is `400 invalid_request`. Absent values are `null`.\n- Errors are `application/problem+json` (RFC 9457) with a stable `code`. Hosted pages answer errors as HTML.\n- Times are RFC 3339 UTC to the second; identifiers are lowercase UUIDs.\n- Every response carries `Parley-Request-Id`; every JSON answer of the API, problem and page carries `Cache-Control: no-store` (`/openapi.json`: `no-cache`).\n- Request headers over 32 KiB get `431 headers_too_large`. A request the HTTP parser cannot frame may get `400` with no body, and the connection is closed.\n- A known path called with a method it does not serve gets `405 method_not_allowed` with an `Allow` header (see `components.responses.MethodNotAllowed`), before any token is checked; an unknown path gets `404 not_found`. `HEAD` is served only where listed.\n- `/v1/proxy…` and `/web/{destination}…` also serve the OData method `MERGE`, which OpenAPI cannot describe.\n- `/healthz`, `/readyz`, `/metrics` and `/openapi.json` need no token: keep them internal."
+            "description": "Parley sits between thin clients and upstream services (*destinations*) that use Basic authentication, client certificates, SAP CSRF tokens, SMP registrations (APPCID), SAML2, OTP and OAuth2. The clients never hold an upstream credential. The full reference is `docs/api.md`.\n\nConventions:\n\n- Request and response bodies of the API are JSON objects (UTF-8). The request `Content-Type` is not checked; unknown request members are ignored; a member of the wrong type is `400 invalid_request`. Absent values are `null`.\n- Errors are `application/problem+json` (RFC 9457) with a stable `code`. Hosted pages answer errors as HTML.\n- Times are RFC 3339 UTC to the second; identifiers are lowercase UUIDs.\n- Every response carries `Parley-Request-Id`; every JSON answer of the API, problem and page carries `Cache-Control: no-store` (`/metrics` too; `/openapi.json`: `no-cache` with an `ETag`).\n- Request headers over 32 KiB get `431 headers_too_large`. A request the HTTP parser cannot frame may get `400` with no body, and the connection is closed.\n- A known path called with a method it does not serve gets `405 method_not_allowed` with an `Allow` header (see `components.responses.MethodNotAllowed`), before any token is checked; an unknown path gets `404 not_found`. `HEAD` is served only where listed.\n- `/v1/proxy…` and `/web/{destination}…` also serve the OData method `MERGE`, which OpenAPI cannot describe.\n- `/healthz`, `/readyz`, `/metrics` and `/openapi.json` need no token: keep them internal."
           },
           "servers": [
             {
@@ -209,6 +209,14 @@ public enum EmbeddedOpenAPI {
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "Location": {
+                        "description": "`registrations/me`: where the new registration is read (`GET /v1/registrations/me` with its client token), relative to the request URI.",
+                        "required": true,
+                        "schema": {
+                          "type": "string",
+                          "const": "registrations/me"
+                        }
                       }
                     },
                     "content": {
@@ -216,6 +224,36 @@ public enum EmbeddedOpenAPI {
                         "schema": {
                           "$ref": "#/components/schemas/RegistrationCreated"
                         }
+                      }
+                    },
+                    "links": {
+                      "AdminGetRegistration": {
+                        "operationId": "adminGetRegistration",
+                        "parameters": {
+                          "id": "$response.body#/id"
+                        },
+                        "description": "The new registration as an administrator sees it."
+                      },
+                      "AdminApproveRegistration": {
+                        "operationId": "adminApproveRegistration",
+                        "parameters": {
+                          "id": "$response.body#/id"
+                        },
+                        "description": "Approve it (`400` unless it is `pending_approval`)."
+                      },
+                      "AdminRevokeRegistration": {
+                        "operationId": "adminRevoke",
+                        "requestBody": {
+                          "registrationId": "$response.body#/id"
+                        },
+                        "description": "Revoke its credentials."
+                      },
+                      "AdminDeleteRegistration": {
+                        "operationId": "adminDeleteRegistration",
+                        "parameters": {
+                          "id": "$response.body#/id"
+                        },
+                        "description": "Tear it down."
                       }
                     }
                   },
@@ -413,6 +451,14 @@ public enum EmbeddedOpenAPI {
                     "headers": {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "Location": {
+                        "description": "`flows/{id}`: where the new flow is read (`GET /v1/flows/{id}`), relative to the request URI.",
+                        "required": true,
+                        "schema": {
+                          "type": "string",
+                          "pattern": "^flows/[0-9a-f-]{36}$"
+                        }
                       }
                     },
                     "content": {
@@ -420,6 +466,15 @@ public enum EmbeddedOpenAPI {
                         "schema": {
                           "$ref": "#/components/schemas/Flow"
                         }
+                      }
+                    },
+                    "links": {
+                      "GetFlow": {
+                        "operationId": "getFlow",
+                        "parameters": {
+                          "id": "$response.body#/id"
+                        },
+                        "description": "The new flow, by its id."
                       }
                     }
                   },
@@ -469,6 +524,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "503": {
                     "$ref": "#/components/responses/StoreUnavailable"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   }
                 }
               }
@@ -501,11 +559,9 @@ public enum EmbeddedOpenAPI {
                     "in": "query",
                     "required": false,
                     "schema": {
-                      "type": "number",
-                      "minimum": 0,
-                      "maximum": 60
+                      "type": "string"
                     },
-                    "description": "Seconds (decimals allowed) to wait while the flow is `pending`. Clamped to 0–60; a value that is not a number counts as 0. The call returns as soon as the flow leaves `pending` (on whichever instance that happened), when it expires, or when the time is up (then still `pending`)."
+                    "description": "Seconds (decimals allowed) to wait while the flow is `pending`. Clamped to 0–60 (a larger number waits 60 s, a negative one 0); a value that is not a number counts as 0, so no value is refused. The call returns as soon as the flow leaves `pending` (on whichever instance that happened), when it expires, or when the time is up (then still `pending`)."
                   }
                 ],
                 "responses": {
@@ -3489,6 +3545,22 @@ public enum EmbeddedOpenAPI {
                       "Parley-Request-Id": {
                         "$ref": "#/components/headers/ParleyRequestId"
                       }
+                    },
+                    "links": {
+                      "GetDeletedRegistration": {
+                        "operationId": "adminGetRegistration",
+                        "parameters": {
+                          "id": "$request.path.id"
+                        },
+                        "description": "The deleted registration: `404` from now on."
+                      },
+                      "DeleteDeletedRegistration": {
+                        "operationId": "adminDeleteRegistration",
+                        "parameters": {
+                          "id": "$request.path.id"
+                        },
+                        "description": "Deleting it again: `404`."
+                      }
                     }
                   },
                   "401": {
@@ -3547,6 +3619,15 @@ public enum EmbeddedOpenAPI {
                         "schema": {
                           "$ref": "#/components/schemas/Registration"
                         }
+                      }
+                    },
+                    "links": {
+                      "GetApprovedRegistration": {
+                        "operationId": "adminGetRegistration",
+                        "parameters": {
+                          "id": "$request.path.id"
+                        },
+                        "description": "The approved registration."
                       }
                     }
                   },
@@ -3668,6 +3749,22 @@ public enum EmbeddedOpenAPI {
                         "schema": {
                           "$ref": "#/components/schemas/RevocationResult"
                         }
+                      }
+                    },
+                    "links": {
+                      "GetRevokedRegistration": {
+                        "operationId": "adminGetRegistration",
+                        "parameters": {
+                          "id": "$request.body#/registrationId"
+                        },
+                        "description": "The registration whose credentials were revoked: it is still there (a revocation removes credentials, not the registration)."
+                      },
+                      "DeleteRevokedRegistration": {
+                        "operationId": "adminDeleteRegistration",
+                        "parameters": {
+                          "id": "$request.body#/registrationId"
+                        },
+                        "description": "Tear the registration down after revoking its credentials."
                       }
                     }
                   },
