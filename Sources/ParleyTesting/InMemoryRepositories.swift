@@ -91,7 +91,14 @@ public final class InMemoryFlows: FlowRepository {
         }
     }
 
-    public func find(id: UUID) async throws -> FlowRecord? { rows.withLock { $0[id]?.flow } }
+    /// How many times `find(id:)` was asked: the reads a request cost.
+    public var finds: Int { findCount.withLock { $0 } }
+    private let findCount = Mutex(0)
+
+    public func find(id: UUID) async throws -> FlowRecord? {
+        findCount.withLock { $0 += 1 }
+        return rows.withLock { $0[id]?.flow }
+    }
 
     public func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool {
         rows.withLock { rows in

@@ -15,6 +15,17 @@ import Testing
         #expect(forwarded.map(\.name) == ["X-Keep"])
     }
 
+    /// Headers that name the client's address to an upstream that believes them: only
+    /// Parley may say where a request came from (issue 20).
+    @Test func clientAddressHeadersNeverGoUpstream() {
+        let spoofed = [
+            "X-Client-IP", "Client-IP", "X-Cluster-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Forwarded", "X-Host",
+            "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr", "x-forwarded", "CLIENT-IP",
+        ]
+        let forwarded = ProxyRules.forwardable(spoofed.map { (name: $0, value: "10.0.0.1") } + [(name: "X-Keep", value: "kept")])
+        #expect(forwarded.map(\.name) == ["X-Keep"])
+    }
+
     @Test func upstreamURLKeepsItsRefusalsAndWords() throws {
         let destination = try DestinationSpec(name: "d", url: "https://upstream.example/base/").validated()
         #expect(try ProxyRules.upstreamURL(destination: destination, rawPath: "a/b%20c/", rawQuery: "x=1") == "https://upstream.example/base/a/b%20c/?x=1")

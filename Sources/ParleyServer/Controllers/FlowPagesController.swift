@@ -114,12 +114,9 @@ struct FlowPagesController: Sendable {
         }
     }
 
-    /// Whether a form post comes from Parley's own page. Parley's pages send no referrer, so a
-    /// browser posts with `Origin: null`; `Sec-Fetch-Site` and the flow's secret tell then.
+    /// Whether a form post comes from Parley's own page (`RequestSite`, the rule the web path shares).
     static func isSameOrigin(_ request: Request, publicOrigin: String?) -> Bool {
-        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], site == "cross-site" || site == "same-site" { return false }
-        if let origin = request.headers[HTTPField.Name("Origin")!], origin != "null", origin != publicOrigin { return false }
-        return true
+        RequestSite.isSameOrigin(request.headers, origin: publicOrigin)
     }
 
     /// Browser pages answer failures as HTML, not problem+json.

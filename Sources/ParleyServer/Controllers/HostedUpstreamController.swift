@@ -26,14 +26,18 @@ struct HostedUpstreamController: Sendable {
     let exchange: UpstreamExchange
 
     /// `ANY /web/{destination}/…`
+    /// Every answer leaves in the web path's box (`WebPathBox`).
     @Sendable func handle(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Page.guarding { try await forward(request, context: context) }
+        WebPathBox.boxed(await Page.guarding { try await forward(request, context: context) })
     }
 
     private func forward(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        if let refusal = WebPathBox.refusal(request, origin: binding.publicParts?.origin) { return Page.problem(refusal) }
         let name = context.parameters.get("destination") ?? ""
         guard let destination = conversations.destinations[name] else { return Page.problem(.notFound("no such destination")) }
-        guard let (flow, registration, kind) = try await boundFlow(request, destination: destination) else {
+        let presented = HostedBinding.presented(in: request.headers[values: .cookie])
+        if presented == .conflicting { return conflictingBindings(request) }
+        guard let (flow, registration, kind) = try await boundFlow(presented, destination: destination) else {
             return Page.problem(Problem(.forbidden, .forbidden, "no sign-in is in progress in this browser; start again in the app"))
         }
         switch flow.status {
@@ -85,16 +89,23 @@ struct HostedUpstreamController: Sendable {
 
     /// The flow this browser is bound to on this destination's path, with its registration
     /// and its kind (a kind that sees the upstream through the web path).
-    private func boundFlow(_ request: Request, destination: Destination) async throws
+    private func boundFlow(_ presented: HostedBinding.Presented, destination: Destination) async throws
         -> (FlowRecord, RegistrationRecord, any HostedFlowKind)?
     {
-        guard let value = request.cookies[HostedBinding.cookieName]?.value else { return nil }
-        let parts = value.split(separator: ".", maxSplits: 1)
-        guard parts.count == 2, let id = UUID(uuidString: String(parts[0])), let flow = try await flows.current(id),
-            constantTimeEquals(SHA256.hash(Array(parts[1].utf8)), flow.secretHash), let kind = kinds[flow.kind] as? any HostedFlowKind,
+        guard case .one(let id, let secret) = presented, let flow = try await flows.current(id),
+            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash), let kind = kinds[flow.kind] as? any HostedFlowKind,
             let registration = try await registrations.find(id: flow.registrationID), registration.destination == destination.name
         else { return nil }
         return (flow, registration, kind)
+    }
+
+    /// Two different bindings in one browser (one planted by a page): neither counts, and
+    /// every binding this request could carry is removed, so the person can start again.
+    private func conflictingBindings(_ request: Request) -> Response {
+        var response = Page.problem(Problem(.forbidden, .forbidden, "this browser holds more than one sign-in here; start again in the app"))
+        let path = String(request.uri.string.prefix { $0 != "?" })
+        for cookie in binding.clearingCookies(requestPath: path) { response.headers.append(HTTPField(name: .setCookie, value: cookie)) }
+        return response
     }
 
     /// The end of the flow in this browser: the done page, and the binding removed.

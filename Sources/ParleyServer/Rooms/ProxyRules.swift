@@ -18,11 +18,13 @@ enum ProxyRules {
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     ]
 
-    /// Headers that some upstream frameworks and proxies read as the real target, method
-    /// or client address; a client must not steer the upstream past Parley's checks.
+    /// Headers that some upstream frameworks and proxies read as the real target, method,
+    /// host or client address; a client must not steer the upstream past Parley's checks
+    /// (nor pose as another address to the upstream's own limits and logs).
     static let routingOverrides: Set<String> = [
         "x-original-url", "x-rewrite-url", "x-http-method-override", "x-http-method", "x-method-override", "x-real-ip",
-        "true-client-ip",
+        "true-client-ip", "x-client-ip", "client-ip", "x-cluster-client-ip", "cf-connecting-ip", "fastly-client-ip", "x-forwarded",
+        "x-host", "x-originating-ip", "x-remote-ip", "x-remote-addr",
     ]
 
     /// Client headers that go upstream: end-to-end only, without the client's
