@@ -186,9 +186,10 @@ public final class OAuth2Broker: Sendable {
         await events?.record(.issued, key: key, grant: grant, detail: nil)
     }
 
-    /// Parley's own limit on token-endpoint calls per destination; every stored token is kept.
+    /// Parley's own limit on token-endpoint calls per token owner (the registration, or the
+    /// destination for its shared tokens); every stored token is kept.
     private func admitCall(_ key: TokenKey) throws {
-        guard let wait = callGate?.admit(destination: key.destination) else { return }
+        guard let wait = callGate?.admit(key) else { return }
         throw OAuth2Error(
             .rateLimited, retryAfter: wait, detail: "Parley limits how often it asks this destination's authorization server; try again later")
     }
@@ -213,7 +214,6 @@ public final class OAuth2Broker: Sendable {
     private func backOff(_ key: TokenKey, _ error: OAuth2Error) -> OAuth2Error {
         let now = clock.now
         let wait = backoff.withLock { state -> Int64 in
-            let failures = (state[key]?.failures ?? 0) + 1
             // Bounded: at the ceiling, windows that closed an hour ago are forgotten (their
             // failure count would start again at one anyway, as after a success).
             if state[key] == nil, state.count >= Self.maxBackoffEntries {
@@ -222,6 +222,7 @@ public final class OAuth2Broker: Sendable {
                     state[oldest.key] = nil
                 }
             }
+            let failures = (state[key]?.failures ?? 0) + 1
             let exponential = Int64(min(60, 1 << min(failures - 1, 6)))
             let seconds = max(min(error.retryAfter?.components.seconds ?? 0, 3600), exponential)
             state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures, error)
@@ -238,10 +239,12 @@ public final class OAuth2Broker: Sendable {
     }
 }
 
-/// Limits how often Parley calls a destination's token endpoint: nil admits the call,
-/// a duration is how long to wait.
+/// Limits how often Parley calls a destination's token endpoint for the tokens of `key`'s
+/// owner (its registration, or the destination when the tokens are shared): nil admits the
+/// call, a duration is how long to wait. Keyed by owner, so that one registration spending
+/// its budget leaves every other registration's refreshes alone.
 public protocol TokenCallGate: Sendable {
-    func admit(destination: String) -> Duration?
+    func admit(_ key: TokenKey) -> Duration?
 }
 
 /// Hears that a stored token was sent; must not block (the request path calls it).

@@ -2,6 +2,17 @@ public import Conversation
 
 private enum OAuth2UsedToken: ConversationContextKey { typealias Value = StoredToken }
 private enum OAuth2Attempts: ConversationContextKey { typealias Value = Int }
+/// The token keys whose token this conversation obtained or renewed itself.
+private enum OAuth2Renewed: ConversationContextKey { typealias Value = Set<TokenKey> }
+
+extension Conversation {
+    /// Notes that the token for `key` was obtained in this conversation.
+    fileprivate func noteRenewed(_ key: TokenKey) {
+        self[OAuth2Renewed.self] = (self[OAuth2Renewed.self] ?? []).union([key])
+    }
+
+    fileprivate func renewed(_ key: TokenKey) -> Bool { self[OAuth2Renewed.self]?.contains(key) ?? false }
+}
 
 /// Everything the OAuth2 filters of one registration share.
 public struct OAuth2Participant: Sendable {
@@ -43,7 +54,9 @@ public struct OAuth2RequestFilter: RequestFilter {
         guard var token = try await participant.broker.stored(key) else { return .proceed }
         if !participant.broker.isFresh(token) {
             switch try await participant.obtain(key, stale: token) {
-            case .token(let fresh): token = fresh
+            case .token(let fresh):
+                token = fresh
+                conversation.noteRenewed(key)
             case .interactionRequired:
                 return .interactionRequired(InteractionRequest(kind: .oauth2, scopeKey: key.scopeKey, url: request.url))
             }
@@ -56,8 +69,10 @@ public struct OAuth2RequestFilter: RequestFilter {
 }
 
 /// Recognises an OAuth2 challenge and renews: a token stored meanwhile, the refresh
-/// token, then the grant. At most two renewals per conversation, so a server that
-/// refuses every token cannot loop.
+/// token, then the grant. A challenge to a token this conversation has just obtained is
+/// handed on as it came (the server refuses even a fresh token: renewing again would only
+/// spend the token endpoint); at most two renewals per conversation in any case, so a
+/// server that refuses every token cannot loop.
 public struct OAuth2ResponseFilter: ResponseFilter {
     let participant: OAuth2Participant
 
@@ -69,10 +84,12 @@ public struct OAuth2ResponseFilter: ResponseFilter {
         guard participant.settings.isChallenge(response) else { return .deliver }
         let attempts = conversation[OAuth2Attempts.self] ?? 0
         guard attempts < 2 else { return .deliver }
-        conversation[OAuth2Attempts.self] = attempts + 1
         let key = participant.key(for: request.url)
+        guard !conversation.renewed(key) else { return .deliver }
+        conversation[OAuth2Attempts.self] = attempts + 1
         switch try await participant.obtain(key, stale: conversation[OAuth2UsedToken.self]) {
         case .token:
+            conversation.noteRenewed(key)
             return .restart(reason: .tokenRenewed)
         case .interactionRequired:
             return .interactionRequired(InteractionRequest(kind: .oauth2, scopeKey: key.scopeKey, url: request.url))

@@ -8,7 +8,7 @@ import Testing
 /// The administration API against real PostgreSQL, the simulator's authorization server,
 /// and two instances.
 @Suite(.serialized) struct AdminLiveTests {
-    static let admin = [("Authorization", "Bearer admin-token-0123456789")]
+    static let admin = [("Authorization", "Bearer admin-token-0123456789-0123456789abcdefghijk")]
 
     static func adminJSON(_ live: LiveParley, _ method: String, _ target: String, _ body: [String: Any]? = nil) async throws -> RawHTTPResponse {
         var headers = admin

@@ -9,7 +9,7 @@ import Testing
 /// on both destinations, loses its tokens and cookie jar, and neither instance sends the old
 /// session cookie or token again within a second.
 @Suite(.serialized) struct AdminUserLiveTests {
-    static let admin = [("Authorization", "Bearer admin-token-0123456789"), ("Content-Type", "application/json")]
+    static let admin = [("Authorization", "Bearer admin-token-0123456789-0123456789abcdefghijk"), ("Content-Type", "application/json")]
 
     /// Token rows plus non-empty cookie jars of the registrations.
     static func credentialRecords(_ live: LiveParley, _ ids: [String]) async throws -> Int {

@@ -32,7 +32,7 @@ import Testing
                         "parley.destinations": ConfigValue(.string(path), isSecret: false),
                         "parley.listen": "0.0.0.0:9090",
                         "parley.public_url": "https://parley.example/base/",
-                        "parley.admin_tokens": ConfigValue(.stringArray(["admin-token-0123456789", " "]), isSecret: true),
+                        "parley.admin_tokens": ConfigValue(.stringArray(["admin-token-0123456789-0123456789abcdefghijk", " "]), isSecret: true),
                         "parley.max_json_bytes": 1024,
                         "parley.migrate_on_start": false,
                         "parley.rate_limit.proxy": "5/1",
@@ -101,7 +101,7 @@ import Testing
         let error = try #require(throws: ParleyConfiguration.Invalid.self) { try ParleyConfiguration.fromEnvironment(environment) }
         for expected in [
             "PARLEY_DATABASE_URL is not set", "PARLEY_DESTINATIONS is not set", "PARLEY_ENCRYPTION_KEYS: entry 2 is not 'kid:base64key'",
-            "PARLEY_ADMIN_TOKENS: each token needs at least 16 characters", "PARLEY_LISTEN must be host:port, got 'nowhere'",
+            "PARLEY_ADMIN_TOKENS: token 1 is too short; each needs at least 43 characters", "PARLEY_LISTEN must be host:port, got 'nowhere'",
             "PARLEY_MAX_JSON_BYTES must be a whole number in 256...16777216, got 'lots'",
             "PARLEY_DATABASE_POOL_SIZE must be a whole number in 1...500, got '0'",
             "PARLEY_MIGRATE_ON_START must be true or false, got 'perhaps'",
@@ -126,7 +126,7 @@ import Testing
         let reader = ConfigReader(
             provider: EnvironmentVariablesProvider(
                 environmentVariables: [
-                    "PARLEY_DATABASE_URL": "postgres://u:db-password@h/d", "PARLEY_ADMIN_TOKENS": "admin-token-0123456789",
+                    "PARLEY_DATABASE_URL": "postgres://u:db-password@h/d", "PARLEY_ADMIN_TOKENS": "admin-token-0123456789-0123456789abcdefghijk",
                     "PARLEY_ENCRYPTION_KEYS": Self.key,
                 ],
                 secretsSpecifier: .specific(ParleyConfiguration.secretVariables)),
@@ -137,7 +137,7 @@ import Testing
         #expect(secrets.count == 3)
         #expect(secrets.allSatisfy { (try? $0.result.get())?.isSecret == true })
         let log = read.map(\.description).joined(separator: "\n")
-        for secret in ["db-password", "admin-token-0123456789", String(Self.key.dropFirst(3))] { #expect(!log.contains(secret)) }
+        for secret in ["db-password", "admin-token-0123456789-0123456789abcdefghijk", String(Self.key.dropFirst(3))] { #expect(!log.contains(secret)) }
     }
 
     /// The variables `ParleyConfiguration` reads are the ones the API reference lists, and the

@@ -117,7 +117,7 @@ func withLiveParley<T: Sendable>(
             let port = try options.port ?? (options.fixedPorts ? FreePort.find() : 0)
             var configuration = ParleyConfiguration(
                 server: .init(port: port), database: .init(url: databaseURL),
-                keys: .init(keyRing: testKeyRing(), adminTokens: ["admin-token-0123456789"]), destinations: destinations,
+                keys: .init(keyRing: testKeyRing(), adminTokens: ["admin-token-0123456789-0123456789abcdefghijk"]), destinations: destinations,
                 bodies: .init(memoryBytes: 64 * 1024, spoolDirectory: spool))
             adjust(&configuration)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)

@@ -21,7 +21,7 @@ import UpstreamSimulator
 @Suite(.serialized) struct IdentityBindingLiveTests {
     typealias SAMLFixture = HostedFlowLiveTests.SAMLFixture
 
-    static let admin = [("Authorization", "Bearer admin-token-0123456789")]
+    static let admin = [("Authorization", "Bearer admin-token-0123456789-0123456789abcdefghijk")]
     /// The audience of the identity tokens these tests mint (their identity provider lists it).
     static let audience = "parley-identity-tests"
 

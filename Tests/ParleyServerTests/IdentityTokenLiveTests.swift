@@ -10,7 +10,7 @@ import UpstreamSimulator
 /// simulator's demo identity provider, tokens the simulator mints, PostgreSQL.
 @Suite(.serialized) struct IdentityTokenLiveTests {
     static let keys = "k1:" + Data(repeating: 5, count: 32).base64EncodedString()
-    static let adminToken = "admin-token-identity-0001"
+    static let adminToken = "admin-token-identity-0001-0123456789abcdefghijk"
 
     static func destinationsFile(simulatorPort: Int) throws -> String {
         let sim = "http://127.0.0.1:\(simulatorPort)"

@@ -47,7 +47,7 @@ import Testing
             #expect(try await b.request("GET", "/v1/proxy/api/data", token: token).status == 200)
             let sessions = a.simulator.smp.sessionsCreated
             let revoked = try await a.request(
-                "POST", "/admin/v1/revocations", headers: [("Authorization", "Bearer admin-token-0123456789"), ("Content-Type", "application/json")],
+                "POST", "/admin/v1/revocations", headers: [("Authorization", "Bearer admin-token-0123456789-0123456789abcdefghijk"), ("Content-Type", "application/json")],
                 body: Array("{\"registrationId\":\"\(id)\"}".utf8))
             #expect(revoked.json?["revoked"] as? Int == 1)
             // B's next call no longer carries the revoked session: the upstream opens a new one.
@@ -71,7 +71,7 @@ import Testing
             #expect(try await b.request("GET", "/v1/proxy/oauth-api/data", token: token).status == 200)
             #expect(a.simulator.oauth.tokenCalls == 1)  // the second call used B's cached token
             let revoked = try await a.request(
-                "POST", "/admin/v1/revocations", headers: [("Authorization", "Bearer admin-token-0123456789"), ("Content-Type", "application/json")],
+                "POST", "/admin/v1/revocations", headers: [("Authorization", "Bearer admin-token-0123456789-0123456789abcdefghijk"), ("Content-Type", "application/json")],
                 body: Array("{\"destination\":\"as\"}".utf8))
             #expect(revoked.json?["revoked"] as? Int == 1)
             // B soon has no token: its next call obtains a new one instead of sending the revoked one.

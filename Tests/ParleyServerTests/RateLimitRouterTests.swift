@@ -14,13 +14,17 @@ import Testing
 @Suite struct RateLimitRouterTests {
     static let limits = RateLimitSettings(
         registrations: RateLimit(count: 3, period: .seconds(60)), proxy: RateLimit(count: 2, period: .seconds(10)),
-        tokenCalls: RateLimit(count: 1, period: .seconds(60)), failedLogins: RateLimit(count: 2, period: .seconds(900)))
+        tokenCalls: RateLimit(count: 1, period: .seconds(60)), failedLogins: RateLimit(count: 2, period: .seconds(900)),
+        web: RateLimit(count: 2, period: .seconds(60)), flows: RateLimit(count: 2, period: .seconds(60)),
+        failedAdmin: RateLimit(count: 2, period: .seconds(300)))
 
     /// A Basic-protected API, a password-grant API and its token endpoint.
     static func upstream(_ request: UpstreamRequest) -> UpstreamResponse {
         let url = URLParts(request.url)
-        if url?.path == "/token" {
-            return .text(200, #"{"access_token":"at-\#(UUID().uuidString)","token_type":"Bearer","expires_in":3600}"#,
+        if url?.path == "/token" || url?.path == "/short-token" {
+            // `/short-token`'s tokens are stale 31 s later (the broker renews 30 s early).
+            let lifetime = url?.path == "/token" ? 3600 : 60
+            return .text(200, #"{"access_token":"at-\#(UUID().uuidString)","token_type":"Bearer","expires_in":\#(lifetime)}"#,
                 headers: ["Content-Type": "application/json"])
         }
         if url?.host == "oauth.example" {
@@ -31,7 +35,7 @@ import Testing
     }
 
     static func withRouter(
-        clock: TestClock, registrations: InMemoryRegistrations = InMemoryRegistrations(),
+        clock: TestClock, registrations: InMemoryRegistrations = InMemoryRegistrations(), audit: InMemoryAudit = InMemoryAudit(),
         _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
         let basic = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()
@@ -40,10 +44,14 @@ import Testing
         oauth.oauth2 = .init(
             grant: "password", authorizationEndpoint: nil, tokenEndpoint: "https://auth.example/token", revocationEndpoint: nil,
             clientId: "parley", clientSecret: "s", clientAuthentication: nil, scopes: nil, scopeKeys: nil, challenge: nil)
+        var short = oauth
+        short.name = "short"
+        short.oauth2?.tokenEndpoint = "https://auth.example/short-token"
         let configuration = ParleyConfiguration(
-            server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
-            destinations: [basic, form, try oauth.validated()], rateLimits: limits)
-        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock)
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""),
+            keys: .init(keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken]),
+            destinations: [basic, form, try oauth.validated(), try short.validated()], rateLimits: limits)
+        var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock, audit: audit)
         dependencies.registrations = registrations
         let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
@@ -123,19 +131,148 @@ import Testing
         }
     }
 
-    @Test func tokenEndpointCallsPerDestinationKeepTheStoredTokens() async throws {
+    @Test func tokenEndpointCallsKeepTheStoredTokens() async throws {
         let clock = TestClock()
         try await Self.withRouter(clock: clock) { client in
-            let tokens = try await [Self.register(client, "as"), Self.register(client, "as")].map {
+            let token = RouterTests.json(try await Self.register(client, "short").body)["clientToken"] as? String ?? ""
+            let auth: HTTPFields = [.authorization: "Bearer \(token)"]
+            // The grant: this registration's one call within the minute.
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth).status == .ok)
+            // Its token is stale half a minute later; renewing it would be the second call.
+            clock.advance(by: .seconds(31))
+            Self.expectLimited(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth))
+            clock.advance(by: .seconds(29))
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth).status == .ok)
+        }
+    }
+
+    /// The token-endpoint budget belongs to the tokens' owner: one registration that spends
+    /// its own does not refuse another registration's grant or refresh.
+    @Test func oneRegistrationSpendingItsTokenBudgetLeavesOthersAlone() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            let tokens = try await [Self.register(client, "short"), Self.register(client, "short")].map {
                 RouterTests.json($0.body)["clientToken"] as? String ?? ""
             }
-            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[0])"]).status == .ok)
-            // The second registration's grant would be the destination's second call within the minute.
-            Self.expectLimited(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[1])"]))
-            // The first one's stored token still serves.
-            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[0])"]).status == .ok)
-            clock.advance(by: .seconds(60))
+            let first: HTTPFields = [.authorization: "Bearer \(tokens[0])"]
+            #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: first).status == .ok)
+            clock.advance(by: .seconds(31))
+            Self.expectLimited(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: first))
+            // The second registration's grant is its own first call.
             #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: [.authorization: "Bearer \(tokens[1])"]).status == .ok)
+        }
+    }
+
+    @Test func tokenCallsAreKeyedByTheTokensOwner() {
+        let limits = RateLimits(
+            settings: RateLimitSettings(tokenCalls: RateLimit(count: 1, period: .seconds(60))), clock: TestClock(), metrics: Metrics())
+        let shared = TokenKey(destination: "cc", registrationID: nil, scopeKey: "default")
+        #expect(limits.admit(shared) == nil)
+        // Shared client-credentials tokens: one budget for the destination, whatever the scope.
+        #expect(limits.admit(TokenKey(destination: "cc", registrationID: nil, scopeKey: "other")) != nil)
+        #expect(limits.admit(TokenKey(destination: "other", registrationID: nil, scopeKey: "default")) == nil)
+        // Per registration and destination.
+        #expect(limits.admit(TokenKey(destination: "cc", registrationID: "r1", scopeKey: "default")) == nil)
+        #expect(limits.admit(TokenKey(destination: "cc", registrationID: "r1", scopeKey: "default")) != nil)
+        #expect(limits.admit(TokenKey(destination: "cc", registrationID: "r2", scopeKey: "default")) == nil)
+    }
+
+    /// A `401` to a token this conversation has just obtained is handed on: the token
+    /// endpoint is asked once, not again for every challenge.
+    @Test func aChallengeToAFreshTokenIsNotRenewedAgain() async throws {
+        let tokenCalls = Atomic<Int>(0)
+        let transport = FakeTransport { request in
+            if URLParts(request.url)?.host == "auth.example" {
+                tokenCalls.add(1, ordering: .relaxed)
+                return .text(200, #"{"access_token":"at-\#(UUID().uuidString)","token_type":"Bearer","expires_in":3600}"#,
+                    headers: ["Content-Type": "application/json"])
+            }
+            return .text(401, headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+        }
+        var spec = DestinationSpec(name: "deaf", url: "https://deaf.example")
+        spec.oauth2 = .init(
+            grant: "password", authorizationEndpoint: nil, tokenEndpoint: "https://auth.example/token", revocationEndpoint: nil,
+            clientId: "parley", clientSecret: "s", clientAuthentication: nil, scopes: nil, scopeKeys: nil, challenge: nil)
+        let configuration = ParleyConfiguration(
+            server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
+            destinations: [try spec.validated()])
+        let clock = TestClock()
+        let app = buildApplication(
+            configuration: configuration, dependencies: .inMemory(transport: transport, clock: clock), logger: quietLogger)
+        try await app.test(.router) { client in
+            let token = RouterTests.json(try await Self.register(client, "deaf").body)["clientToken"] as? String ?? ""
+            let auth: HTTPFields = [.authorization: "Bearer \(token)"]
+            // No token yet: the challenge gets one (one call); the fresh one is refused too.
+            let first = try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth)
+            #expect(first.status != .ok)
+            #expect(tokenCalls.load(ordering: .relaxed) == 1)
+            // A stored token past its expiry is renewed before it is sent (one call); the `401`
+            // that answers the renewed token is not a reason to call again.
+            clock.advance(by: .seconds(3600))
+            _ = try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth)
+            #expect(tokenCalls.load(ordering: .relaxed) == 2)
+        }
+    }
+
+    /// The hosted upstream's web path is limited per client address, before any binding
+    /// cookie is read: the browser gets a page with `Retry-After`.
+    @Test func theWebPathPerClientAddress() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            for _ in 0..<2 { #expect(try await client.execute(uri: "/web/sim/page", method: .get).status == .forbidden) }
+            let limited = try await client.execute(uri: "/web/sim/page", method: .get)
+            #expect(limited.status == .tooManyRequests)
+            #expect(limited.headers[.retryAfter] == "30")
+            #expect(String(buffer: limited.body).contains("data-parley-error=\"rate_limited\""))
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_rate_limited_total{limit="web"} 1"#), "\(metrics)")
+            clock.advance(by: .seconds(30))
+            #expect(try await client.execute(uri: "/web/sim/page", method: .get).status == .forbidden)
+        }
+    }
+
+    @Test func startingFlowsPerRegistration() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            let tokens = try await [Self.register(client, "form", credentials: false), Self.register(client, "form", credentials: false)].map {
+                RouterTests.json($0.body)["clientToken"] as? String ?? ""
+            }
+            func start(_ token: String) async throws -> TestResponse {
+                try await client.execute(
+                    uri: "/v1/flows", method: .post, headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+                    body: ByteBuffer(string: "{}"))
+            }
+            for _ in 0..<2 { #expect(try await start(tokens[0]).status == .created) }
+            Self.expectLimited(try await start(tokens[0]))
+            #expect(try await start(tokens[1]).status == .created)
+            clock.advance(by: .seconds(30))
+            #expect(try await start(tokens[0]).status == .created)
+        }
+    }
+
+    /// Wrong admin tokens are counted per client address and audited (never the token); over
+    /// the limit even the right token waits, so guessing cannot go on behind it. A request
+    /// without a token is no attempt: neither counted nor audited.
+    @Test func failedAdminAuthenticationsAreLimitedAndAudited() async throws {
+        let clock = TestClock()
+        let audit = InMemoryAudit()
+        try await Self.withRouter(clock: clock, audit: audit) { client in
+            func list(_ token: String?) async throws -> TestResponse {
+                try await client.execute(
+                    uri: "/admin/v1/registrations", method: .get, headers: token.map { [.authorization: "Bearer \($0)"] } ?? [:])
+            }
+            let wrong = "wrong-admin-token-guess-0123456789-abcdefgh"
+            #expect(try await list(nil).status == .unauthorized)
+            #expect(try await list(wrong).status == .unauthorized)
+            #expect(try await list(wrong + "2").status == .unauthorized)
+            let limited = try await list(RouterTests.adminToken)
+            Self.expectLimited(limited)
+            let failures = audit.events.filter { $0.action == "admin.authentication_failed" }
+            #expect(failures.count == 2)
+            #expect(failures.allSatisfy { $0.actor == .system && $0.detail["client"] != nil })
+            #expect(!audit.events.contains { event in event.detail.values.contains { $0.contains("wrong-admin") } })
+            clock.advance(by: .seconds(150))
+            #expect(try await list(RouterTests.adminToken).status == .ok)
         }
     }
 
@@ -204,7 +341,8 @@ import Testing
 
     @Test func forwardedForCountsOnlyFromTrustedProxies() {
         let limits = RateLimits(
-            settings: RateLimitSettings(trustedProxies: ["10.0.0.5", "10.0.0.6"]), clock: TestClock(), metrics: Metrics())
+            settings: RateLimitSettings(trustedProxies: ["10.0.0.5", "10.0.0.6"].compactMap { IPRange($0) }), clock: TestClock(),
+            metrics: Metrics())
         #expect(limits.clientAddress(peer: "192.0.2.9", forwardedFor: "198.51.100.1") == "192.0.2.9")
         #expect(limits.clientAddress(peer: "10.0.0.5", forwardedFor: "198.51.100.1") == "198.51.100.1")
         #expect(limits.clientAddress(peer: "10.0.0.5", forwardedFor: "203.0.113.7, 198.51.100.1, 10.0.0.6") == "198.51.100.1")

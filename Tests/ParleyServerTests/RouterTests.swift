@@ -16,7 +16,7 @@ import Testing
 /// The router tier: the real router and handlers, in-memory repositories, a fake
 /// upstream, no socket and no database.
 @Suite struct RouterTests {
-    static let adminToken = "admin-token-0123456789"
+    static let adminToken = "admin-token-0123456789-0123456789abcdefghijk"
 
     static func configuration(publicURL: String = "https://parley.example") throws -> ParleyConfiguration {
         let basic = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()

@@ -125,7 +125,7 @@ import UpstreamSimulator
         let postgres = try await PostgresServer.shared()
         let database = try await postgres.createDatabase()
         var env = Self.environment(database: database, destinations: try Self.destinationsFile(simulatorPort: 1))
-        env["PARLEY_ADMIN_TOKENS"] = "cli-admin-token-0123456789"
+        env["PARLEY_ADMIN_TOKENS"] = "cli-admin-token-0123456789-0123456789abcdefghijk"
         let parley = try await ParleyProcess.start(environment: env)
         defer { Task { await parley.stop() } }
         let registered = try await RawHTTP.request(
@@ -133,7 +133,7 @@ import UpstreamSimulator
             body: Array(#"{"destination":"sim","userHint":"cli-user"}"#.utf8))
         let id = try #require(registered.json?["id"] as? String)
 
-        func admin(_ arguments: [String], token: String = "cli-admin-token-0123456789") async throws -> (Int32, String) {
+        func admin(_ arguments: [String], token: String = "cli-admin-token-0123456789-0123456789abcdefghijk") async throws -> (Int32, String) {
             let run = try await ParleyProcess.start(
                 arguments: ["admin"] + arguments + ["--url", "http://127.0.0.1:\(parley.port)"],
                 environment: ["PARLEY_ADMIN_TOKEN": token], waitForReady: false)

@@ -1,3 +1,4 @@
+import HTTPTypes
 import Hummingbird
 import Logging
 import ParleyCrypto
@@ -35,12 +36,24 @@ struct ClientAuthenticator: RouterMiddleware {
 /// An admin token → the admin identity, into `context.admin`; `401 invalid_admin_token`
 /// otherwise. Only the tokens' SHA-256 hashes are held; every configured hash is
 /// compared in constant time, so the time taken does not tell which one matched.
+/// With `failures`, a presented token that matches none counts against the client address
+/// (`PARLEY_RATE_LIMIT_FAILED_ADMIN`) and is audited (`admin.authentication_failed`, the
+/// address and never the token); an address over its limit is refused (`429`) before any
+/// token it presents is looked at, so guessing cannot go on behind the limit.
 struct AdminAuthenticator: RouterMiddleware {
     typealias Context = ParleyRequestContext
     let tokenHashes: [[UInt8]]
+    var failures: AdminFailures? = nil
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let admin = identify(bearerToken(request)) else { throw Problem.invalidAdminToken }
+        let presented = bearerToken(request)
+        let client = failures?.limits.clientAddress(
+            peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        if let failures, let client { try failures.limits.checkAdminAllowed(client: client) }
+        guard let admin = identify(presented) else {
+            if let failures, let client, presented != nil { await failures.failed(client: client, logger: context.logger) }
+            throw Problem.invalidAdminToken
+        }
         var context = context
         context.admin = admin
         context.logger[metadataKey: "admin"] = .string(admin.name)
@@ -55,5 +68,18 @@ struct AdminAuthenticator: RouterMiddleware {
             match = index
         }
         return match.map(AdminIdentity.init(index:))
+    }
+}
+
+/// What a failed admin authentication leads to: a count against the client address, an
+/// audit event and a log line, none of them with the token.
+struct AdminFailures: Sendable {
+    let limits: RateLimits
+    let audit: AuditLog
+
+    func failed(client: String, logger: Logger) async {
+        limits.recordFailedAdmin(client: client)
+        logger.notice("admin authentication failed", metadata: ["client.address": .string(client)])
+        await audit.record(.adminAuthenticationFailed, actor: .system, detail: ["client": client])
     }
 }

@@ -185,6 +185,14 @@ func compose(
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
             inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration), metrics: metrics),
+        flowAdmission: FlowAdmission(
+            limits: limits, inFlight: InFlightLimits(perKey: configuration.limits.maxInFlightFlowsPerRegistration, subject: "this registration"),
+            metrics: metrics),
+        hostedUpstreamAdmission: HostedUpstreamAdmission(
+            limits: limits, inFlight: InFlightLimits(perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address"),
+            metrics: metrics),
+        adminAuthenticator: AdminAuthenticator(
+            tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
         admin: AdminController(
             administration: Administration(
                 repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
@@ -208,7 +216,7 @@ func compose(
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost)) }
-    addRoutes(to: router, controllers, clientTokens: clientTokens, adminTokenHashes: configuration.keys.adminTokenHashes)
+    addRoutes(to: router, controllers, clientTokens: clientTokens)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(
         usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.housekeeping.auditRetention,

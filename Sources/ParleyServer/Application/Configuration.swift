@@ -202,6 +202,8 @@ extension ParleyConfiguration {
         public var keyRing: KeyRing
         /// SHA-256 of each admin token; presented tokens are compared in constant time.
         public var adminTokenHashes: [[UInt8]]
+        /// 32 random bytes in base64url without padding.
+        public static let minimumAdminTokenLength = 43
 
         public init(keyRing: KeyRing, adminTokens: [String] = []) {
             self.keyRing = keyRing
@@ -211,8 +213,10 @@ extension ParleyConfiguration {
         /// Nil, with the problems reported, when there is no usable key ring.
         init?(reading settings: SettingsReader) {
             let adminTokens = settings.list("admin_tokens", secret: true)
-            if adminTokens.contains(where: { $0.utf8.count < 16 }) {
-                settings.report("\(settings.variable("admin_tokens")): each token needs at least 16 characters")
+            for (index, token) in adminTokens.enumerated() where token.utf8.count < Self.minimumAdminTokenLength {
+                // By position only: a token's value (or its length) is never written anywhere.
+                settings.report(
+                    "\(settings.variable("admin_tokens")): token \(index + 1) is too short; each needs at least \(Self.minimumAdminTokenLength) characters (32 random bytes in base64url: openssl rand -base64 32 | tr '+/' '-_' | tr -d '=')")
             }
             guard let keys = settings.string("encryption_keys", secret: true) else {
                 settings.report(
@@ -229,21 +233,33 @@ extension ParleyConfiguration {
     }
 
     /// What one caller may ask of an instance: `PARLEY_MAX_JSON_BYTES`,
-    /// `PARLEY_MAX_INFLIGHT_PER_REGISTRATION`.
+    /// `PARLEY_MAX_INFLIGHT_PER_REGISTRATION`, `PARLEY_MAX_INFLIGHT_WEB_PER_CLIENT`,
+    /// `PARLEY_MAX_INFLIGHT_FLOWS_PER_REGISTRATION`.
     public struct Limits: Sendable {
         public var maxJSONBytes: Int
         /// Proxied requests one registration may have in flight on this instance.
         public var maxInFlightPerRegistration: Int
+        /// Requests on the web path (`/web/…`) one client address may have in flight here.
+        public var maxInFlightWebPerClient: Int
+        /// `POST /v1/flows` one registration may have in flight here.
+        public var maxInFlightFlowsPerRegistration: Int
 
-        public init(maxJSONBytes: Int = 65536, maxInFlightPerRegistration: Int = 256) {
+        public init(
+            maxJSONBytes: Int = 65536, maxInFlightPerRegistration: Int = 256, maxInFlightWebPerClient: Int = 64,
+            maxInFlightFlowsPerRegistration: Int = 4
+        ) {
             self.maxJSONBytes = maxJSONBytes
             self.maxInFlightPerRegistration = maxInFlightPerRegistration
+            self.maxInFlightWebPerClient = maxInFlightWebPerClient
+            self.maxInFlightFlowsPerRegistration = maxInFlightFlowsPerRegistration
         }
 
         init(reading settings: SettingsReader) {
             self.init(
                 maxJSONBytes: settings.int("max_json_bytes", default: 65536, in: 256...(16 << 20)),
-                maxInFlightPerRegistration: settings.int("max_inflight_per_registration", default: 256, in: 1...100_000))
+                maxInFlightPerRegistration: settings.int("max_inflight_per_registration", default: 256, in: 1...100_000),
+                maxInFlightWebPerClient: settings.int("max_inflight_web_per_client", default: 64, in: 1...100_000),
+                maxInFlightFlowsPerRegistration: settings.int("max_inflight_flows_per_registration", default: 4, in: 1...10_000))
         }
     }
 
@@ -307,22 +323,6 @@ extension ParleyConfiguration {
         }
     }
 
-    /// Work done in the background: `PARLEY_AUDIT_RETENTION_DAYS`.
-    public struct Housekeeping: Sendable {
-        /// Audit events older than this are purged.
-        public var auditRetention: Duration
-        /// How often token use is written (`last_used_at`), in one batch.
-        public var tokenUsageInterval: Duration
-
-        public init(auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5)) {
-            self.auditRetention = auditRetention
-            self.tokenUsageInterval = tokenUsageInterval
-        }
-
-        init(reading settings: SettingsReader) {
-            self.init(auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400))
-        }
-    }
     /// Client connections: at most `maxConnections` open at once on this instance (more wait in the
     /// listen backlog until one closes), and a connection with no request in progress that sends
     /// nothing for `idleTimeout` is closed. `PARLEY_MAX_CONNECTIONS`, `PARLEY_IDLE_TIMEOUT_SECONDS`.
@@ -342,6 +342,22 @@ extension ParleyConfiguration {
         }
     }
 
+    /// Work done in the background: `PARLEY_AUDIT_RETENTION_DAYS`.
+    public struct Housekeeping: Sendable {
+        /// Audit events older than this are purged.
+        public var auditRetention: Duration
+        /// How often token use is written (`last_used_at`), in one batch.
+        public var tokenUsageInterval: Duration
+
+        public init(auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5)) {
+            self.auditRetention = auditRetention
+            self.tokenUsageInterval = tokenUsageInterval
+        }
+
+        init(reading settings: SettingsReader) {
+            self.init(auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400))
+        }
+    }
 }
 
 extension CurlTransport.Configuration {
@@ -361,8 +377,10 @@ extension CurlTransport.Configuration {
 }
 
 extension RateLimitSettings {
-    /// `PARLEY_RATE_LIMIT_REGISTRATIONS`, `…_PROXY`, `…_TOKEN_CALLS`, `…_FAILED_LOGINS` (`N/S` or
-    /// `off`, unset keeps the default) and `PARLEY_TRUSTED_PROXIES`.
+    /// `PARLEY_RATE_LIMIT_REGISTRATIONS`, `…_PROXY`, `…_TOKEN_CALLS`, `…_FAILED_LOGINS`, `…_WEB`,
+    /// `…_FLOWS`, `…_FAILED_ADMIN` (`N/S` or `off`, unset keeps the default) and
+    /// `PARLEY_TRUSTED_PROXIES` (addresses and CIDR ranges; an entry that is neither is a
+    /// problem named by its position).
     init(reading settings: SettingsReader) {
         self = .defaults
         let limits = settings.scoped("rate_limit")
@@ -378,7 +396,18 @@ extension RateLimitSettings {
         limit("proxy", \.proxy)
         limit("token_calls", \.tokenCalls)
         limit("failed_logins", \.failedLogins)
-        trustedProxies = Set(settings.list("trusted_proxies"))
+        limit("web", \.web)
+        limit("flows", \.flows)
+        limit("failed_admin", \.failedAdmin)
+        trustedProxies = []
+        for (index, entry) in settings.list("trusted_proxies").enumerated() {
+            guard let range = IPRange(entry) else {
+                settings.report(
+                    "\(settings.variable("trusted_proxies")): entry \(index + 1) is not an IP address or CIDR range (a.b.c.d, a.b.c.d/n, x:y::z, x:y::/n), got '\(entry.prefix(64))'")
+                continue
+            }
+            trustedProxies.append(range)
+        }
     }
 }
 

@@ -9,6 +9,9 @@ struct Controllers: Sendable {
     let flowPages: FlowPagesController
     let proxy: ProxyController
     let proxyAdmission: ProxyAdmission
+    let flowAdmission: FlowAdmission
+    let hostedUpstreamAdmission: HostedUpstreamAdmission
+    let adminAuthenticator: AdminAuthenticator
     let admin: AdminController
     let hostedUpstream: HostedUpstreamController
     /// Browser routes of the registered flow kinds (`/callback/oauth2`, …).
@@ -21,7 +24,7 @@ struct Controllers: Sendable {
 /// authenticator, so a handler that needs a registration (or an admin) cannot be
 /// reached without one.
 func addRoutes(
-    to router: Router<ParleyRequestContext>, _ c: Controllers, clientTokens: ClientTokens, adminTokenHashes: [[UInt8]]
+    to router: Router<ParleyRequestContext>, _ c: Controllers, clientTokens: ClientTokens
 ) {
     // Operations: load balancers and operators, no authentication.
     router.get("/healthz", use: c.operations.health)
@@ -36,7 +39,7 @@ func addRoutes(
         .group(context: ClientRequestContext.self)
     client.get("registrations/me", use: c.registrations.me)
     client.delete("registrations/me", use: c.registrations.delete)
-    client.post("flows", use: c.flows.create)
+    client.group("flows").add(middleware: c.flowAdmission).post(use: c.flows.create)
     client.get("flows/{id}", use: c.flows.status)
 
     // The proxy: any forwarded method, the raw target judged by the handler.
@@ -57,9 +60,10 @@ func addRoutes(
         for method in route.methods { router.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
     }
     // The hosted upstream of saml2 and otp flows: a bound browser sees the destination here.
+    let web = router.group("/web").add(middleware: c.hostedUpstreamAdmission)
     for method in ProxyController.methods {
-        router.on("/web/{destination}", method: method, use: c.hostedUpstream.handle)
-        router.on("/web/{destination}/**", method: method, use: c.hostedUpstream.handle)
+        web.on("{destination}", method: method, use: c.hostedUpstream.handle)
+        web.on("{destination}/**", method: method, use: c.hostedUpstream.handle)
     }
     // With a web origin of its own, the browser is handed over to it (`WebHandover`).
     if let handover = c.webHandover {
@@ -69,7 +73,7 @@ func addRoutes(
 
     // Administrators (admin token).
     let admin = router.group("/admin/v1")
-        .add(middleware: AdminAuthenticator(tokenHashes: adminTokenHashes))
+        .add(middleware: c.adminAuthenticator)
         .group(context: AdminRequestContext.self)
     admin.get("registrations", use: c.admin.registrations)
     admin.get("registrations/{id}", use: c.admin.registration)

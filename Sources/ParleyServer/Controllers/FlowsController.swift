@@ -1,6 +1,28 @@
 import Foundation
 import Hummingbird
 
+/// Who may start a flow now (`POST /v1/flows`): the flows rate limit and in-flight cap,
+/// both per registration. Every flow is a database row and an audit event, so a client
+/// cannot make them as fast as it can send.
+struct FlowAdmission: RouterMiddleware {
+    typealias Context = ClientRequestContext
+    let limits: RateLimits
+    let inFlight: InFlightLimits
+    let metrics: Metrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let key = context.registration.idString
+        try limits.check(limits.flows, key, kind: "flow")
+        let ticket: InFlightTicket
+        do { ticket = try inFlight.admit(key: key) } catch {
+            metrics.increment(.rateLimited, [("limit", "flows_in_flight")])
+            throw error
+        }
+        defer { ticket.release() }
+        return try await next(request, context)
+    }
+}
+
 /// `POST /v1/flows` and `GET /v1/flows/{id}?wait=S`: a registration's own flows.
 struct FlowsController: Sendable {
     struct StartFlow: Decodable { var kind: String? }

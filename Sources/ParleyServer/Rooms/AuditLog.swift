@@ -37,6 +37,8 @@ enum AuditAction: String, Sendable, CaseIterable {
     case adminRegistrationRead = "admin.registration.read"
     case adminRevocation = "admin.revocation"
     case adminAuditRead = "admin.audit.read"
+    /// A presented admin token matched none (`detail.client`: the client address; never the token).
+    case adminAuthenticationFailed = "admin.authentication_failed"
 
     /// The action for a flow that ended with `status`; nil for `pending`, which is no end.
     init?(flowFinished status: FlowStatus) {

@@ -1,39 +1,49 @@
 import Foundation
 import Synchronization
 
-/// Caps the proxied requests one registration has in flight on this instance (from
-/// arrival until its response body is written or dropped), so that one client that
-/// opens many slow exchanges cannot hold every upstream connection and spool byte.
+/// Caps the requests one key has in flight on this instance (from arrival until its
+/// response body is written or dropped): proxied requests per registration, so that one
+/// client that opens many slow exchanges cannot hold every upstream connection and spool
+/// byte; the web path per client address and `POST /v1/flows` per registration likewise.
 final class InFlightLimits: Sendable {
-    let perRegistration: Int
-    private let counts = Mutex<[UUID: Int]>([:])
+    let perKey: Int
+    /// Who is at the cap, for the refusal's detail ("this registration").
+    let subject: String
+    private let counts = Mutex<[String: Int]>([:])
 
-    init(perRegistration: Int) {
-        self.perRegistration = perRegistration
+    init(perKey: Int, subject: String) {
+        self.perKey = perKey
+        self.subject = subject
     }
 
+    convenience init(perRegistration: Int) { self.init(perKey: perRegistration, subject: "this registration") }
+
     /// A ticket for one more request, or `429` when the registration is at its cap.
-    func admit(_ registration: UUID) throws(Problem) -> InFlightTicket {
+    func admit(_ registration: UUID) throws(Problem) -> InFlightTicket { try admit(key: registration.uuidString) }
+
+    /// A ticket for one more request, or `429` when `key` is at its cap.
+    func admit(key: String) throws(Problem) -> InFlightTicket {
         let admitted = counts.withLock { counts -> Bool in
-            let current = counts[registration, default: 0]
-            guard current < perRegistration else { return false }
-            counts[registration] = current + 1
+            let current = counts[key, default: 0]
+            guard current < perKey else { return false }
+            counts[key] = current + 1
             return true
         }
         guard admitted else {
             throw Problem.rateLimited(
-                retryAfter: .seconds(1),
-                detail: "this registration already has \(perRegistration) requests in flight; wait for one to finish")
+                retryAfter: .seconds(1), detail: "\(subject) already has \(perKey) requests in flight; wait for one to finish")
         }
-        return InFlightTicket(limits: self, registration: registration)
+        return InFlightTicket(limits: self, key: key)
     }
 
-    func count(_ registration: UUID) -> Int { counts.withLock { $0[registration, default: 0] } }
+    func count(_ registration: UUID) -> Int { count(key: registration.uuidString) }
 
-    fileprivate func leave(_ registration: UUID) {
+    func count(key: String) -> Int { counts.withLock { $0[key, default: 0] } }
+
+    fileprivate func leave(_ key: String) {
         counts.withLock { counts in
-            let left = counts[registration, default: 1] - 1
-            counts[registration] = left > 0 ? left : nil
+            let left = counts[key, default: 1] - 1
+            counts[key] = left > 0 ? left : nil
         }
     }
 }
@@ -42,18 +52,18 @@ final class InFlightLimits: Sendable {
 /// (a response body that was never written still gives its slot back).
 final class InFlightTicket: Sendable {
     private let limits: InFlightLimits
-    private let registration: UUID
+    private let key: String
     private let done = Atomic<Bool>(false)
 
-    fileprivate init(limits: InFlightLimits, registration: UUID) {
+    fileprivate init(limits: InFlightLimits, key: String) {
         self.limits = limits
-        self.registration = registration
+        self.key = key
     }
 
     deinit { release() }
 
     func release() {
         guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        limits.leave(registration)
+        limits.leave(key)
     }
 }

@@ -33,41 +33,66 @@ public struct RateLimitSettings: Sendable, Equatable {
     public var registrations: RateLimit?
     /// Proxied requests per registration.
     public var proxy: RateLimit?
-    /// Token-endpoint calls (refresh and grants) per destination.
+    /// Token-endpoint calls (refresh and grants) per registration and destination, or per
+    /// destination for the tokens a destination's registrations share (client credentials).
     public var tokenCalls: RateLimit?
     /// Failed Basic or password checks per registration and per user hint.
     public var failedLogins: RateLimit?
-    /// Peers whose `X-Forwarded-For` names the client (exact addresses).
-    public var trustedProxies: Set<String>
+    /// Requests on the hosted upstream's web path (`/web/…`) per client address.
+    public var web: RateLimit?
+    /// `POST /v1/flows` per registration.
+    public var flows: RateLimit?
+    /// Failed admin authentications per client address.
+    public var failedAdmin: RateLimit?
+    /// Peers whose `X-Forwarded-For` names the client: addresses and CIDR ranges.
+    public var trustedProxies: [IPRange]
 
     public init(
         registrations: RateLimit? = nil, proxy: RateLimit? = nil, tokenCalls: RateLimit? = nil, failedLogins: RateLimit? = nil,
-        trustedProxies: Set<String> = []
+        web: RateLimit? = nil, flows: RateLimit? = nil, failedAdmin: RateLimit? = nil, trustedProxies: [IPRange] = []
     ) {
         self.registrations = registrations
         self.proxy = proxy
         self.tokenCalls = tokenCalls
         self.failedLogins = failedLogins
+        self.web = web
+        self.flows = flows
+        self.failedAdmin = failedAdmin
         self.trustedProxies = trustedProxies
     }
 
     /// What a small deployment can live with.
     public static let defaults = RateLimitSettings(
         registrations: RateLimit(count: 30, period: .seconds(60)), proxy: RateLimit(count: 1000, period: .seconds(10)),
-        tokenCalls: RateLimit(count: 120, period: .seconds(60)), failedLogins: RateLimit(count: 10, period: .seconds(900)))
+        tokenCalls: RateLimit(count: 120, period: .seconds(60)), failedLogins: RateLimit(count: 10, period: .seconds(900)),
+        web: RateLimit(count: 600, period: .seconds(60)), flows: RateLimit(count: 30, period: .seconds(60)),
+        failedAdmin: RateLimit(count: 10, period: .seconds(300)))
 }
 
-/// Token buckets by key, in memory, bounded in size.
+/// Token buckets by key, in memory, bounded in size. Buckets age out by time: one that
+/// has refilled completely is the same as no bucket, and goes first when room is needed.
+/// When every bucket is still refilling, the least spent go (their owners are given back
+/// the little they spent); a throttled key is forgotten only after every key less
+/// throttled than it, so a churn of new keys cannot reset it (docs/decisions.md).
 final class RateLimiter: Sendable {
+    private struct Bucket {
+        var tokens: Double
+        var at: Date
+    }
+
+    private struct State {
+        var buckets: [String: Bucket] = [:]
+    }
+
     private let limit: RateLimit?
     private let clock: any WallClock
     private let capacity: Int
-    private let buckets = Mutex<[String: (tokens: Double, at: Date)]>([:])
+    private let state = Mutex(State())
 
     init(_ limit: RateLimit?, clock: any WallClock, capacity: Int = 100_000) {
         self.limit = limit
         self.clock = clock
-        self.capacity = capacity
+        self.capacity = max(1, capacity)
     }
 
     private var perSecond: Double {
@@ -81,26 +106,47 @@ final class RateLimiter: Sendable {
     /// Whether `key` is at its limit now, without spending (failed logins: refuse before trying).
     func exhausted(_ key: String) -> Duration? { spend(key, cost: 1, onlyCheck: true) }
 
+    /// How many keys are held now.
+    var count: Int { state.withLock { $0.buckets.count } }
+
     private func spend(_ key: String, cost: Double, onlyCheck: Bool) -> Duration? {
         guard let limit else { return nil }
         let now = clock.now
         let rate = perSecond
-        return buckets.withLock { buckets in
-            var bucket = buckets[key] ?? (Double(limit.count), now)
-            bucket.tokens = min(Double(limit.count), bucket.tokens + max(0, now.timeIntervalSince(bucket.at)) * rate)
+        let full = Double(limit.count)
+        return state.withLock { state in
+            var bucket = state.buckets[key] ?? Bucket(tokens: full, at: now)
+            bucket.tokens = min(full, bucket.tokens + max(0, now.timeIntervalSince(bucket.at)) * rate)
             bucket.at = now
             guard bucket.tokens >= cost else {
-                buckets[key] = bucket
+                state.buckets[key] = bucket
                 return .milliseconds(Int64(((cost - bucket.tokens) / rate * 1000).rounded(.up)))
             }
-            if !onlyCheck { bucket.tokens -= cost }
-            if buckets.count >= capacity && buckets[key] == nil {
-                buckets = buckets.filter { $0.value.tokens < Double(limit.count) }
-                if buckets.count >= capacity { buckets.removeAll(keepingCapacity: true) }
+            if onlyCheck {
+                // A full bucket is the same as none: nothing to keep.
+                if bucket.tokens >= full { state.buckets[key] = nil } else { state.buckets[key] = bucket }
+                return nil
             }
-            buckets[key] = bucket
+            bucket.tokens -= cost
+            if state.buckets[key] == nil && state.buckets.count >= capacity {
+                Self.makeRoom(&state.buckets, capacity: capacity, full: full, rate: rate, now: now)
+            }
+            state.buckets[key] = bucket
             return nil
         }
+    }
+
+    /// Frees at least a tenth of the capacity (so the work is amortised over many new keys):
+    /// first every bucket refilled by now, then, if that was not enough, the buckets that
+    /// would be full soonest (the least spent).
+    private static func makeRoom(_ buckets: inout [String: Bucket], capacity: Int, full: Double, rate: Double, now: Date) {
+        // When a bucket is full again; earlier means less spent.
+        func fullAt(_ bucket: Bucket) -> Date { bucket.at.addingTimeInterval((full - bucket.tokens) / max(rate, .leastNonzeroMagnitude)) }
+        buckets = buckets.filter { fullAt($0.value) > now }
+        let target = capacity - max(1, capacity / 10)
+        guard buckets.count > target else { return }
+        let leastSpent = buckets.sorted { fullAt($0.value) < fullAt($1.value) }.prefix(buckets.count - target)
+        for (key, _) in leastSpent { buckets[key] = nil }
     }
 }
 
@@ -111,25 +157,38 @@ struct RateLimits: Sendable, TokenCallGate {
     let proxy: RateLimiter
     let tokenCalls: RateLimiter
     let failedLogins: RateLimiter
+    let web: RateLimiter
+    let flows: RateLimiter
+    let failedAdmin: RateLimiter
     let metrics: Metrics
 
-    init(settings: RateLimitSettings, clock: any WallClock, metrics: Metrics) {
+    init(settings: RateLimitSettings, clock: any WallClock, metrics: Metrics, capacity: Int = 100_000) {
         self.settings = settings
-        registrations = RateLimiter(settings.registrations, clock: clock)
-        proxy = RateLimiter(settings.proxy, clock: clock)
-        tokenCalls = RateLimiter(settings.tokenCalls, clock: clock)
-        failedLogins = RateLimiter(settings.failedLogins, clock: clock)
+        registrations = RateLimiter(settings.registrations, clock: clock, capacity: capacity)
+        proxy = RateLimiter(settings.proxy, clock: clock, capacity: capacity)
+        tokenCalls = RateLimiter(settings.tokenCalls, clock: clock, capacity: capacity)
+        failedLogins = RateLimiter(settings.failedLogins, clock: clock, capacity: capacity)
+        web = RateLimiter(settings.web, clock: clock, capacity: capacity)
+        flows = RateLimiter(settings.flows, clock: clock, capacity: capacity)
+        failedAdmin = RateLimiter(settings.failedAdmin, clock: clock, capacity: capacity)
         self.metrics = metrics
     }
 
-    /// The client address: the peer, or the last `X-Forwarded-For` hop a trusted peer names.
+    /// The key a client is counted under: the peer, or the last `X-Forwarded-For` hop that is
+    /// not a trusted proxy when the peer is one; an IPv6 address by its /64, an IPv4-mapped
+    /// one as IPv4 (`IPAddress.bucket`).
     func clientAddress(peer: String?, forwardedFor: String?) -> String {
         guard let peer else { return "unknown" }
-        guard settings.trustedProxies.contains(peer), let forwardedFor else { return peer }
-        var hops = forwardedFor.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        while let last = hops.last, settings.trustedProxies.contains(last) { hops.removeLast() }
-        return hops.last.map { String($0.prefix(64)) } ?? peer
+        let peerAddress = IPAddress(peer)
+        guard let peerAddress, isTrusted(peerAddress), let forwardedFor else { return peerAddress?.bucket ?? String(peer.prefix(64)) }
+        var hops = forwardedFor.split(separator: ",", omittingEmptySubsequences: true).suffix(64)
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        while let last = hops.last, let address = IPAddress(last), isTrusted(address) { hops.removeLast() }
+        guard let client = hops.last else { return peerAddress.bucket }
+        return IPAddress(client)?.bucket ?? String(client.prefix(64))
     }
+
+    func isTrusted(_ address: IPAddress) -> Bool { settings.trustedProxies.contains { $0.contains(address) } }
 
     func check(_ limiter: RateLimiter, _ key: String, kind: String) throws(Problem) {
         guard let wait = limiter.take(key) else { return }
@@ -137,11 +196,26 @@ struct RateLimits: Sendable, TokenCallGate {
         throw Problem.rateLimited(retryAfter: wait, detail: "too many \(kind) requests; try again after Retry-After seconds")
     }
 
-    func admit(destination: String) -> Duration? {
-        guard let wait = tokenCalls.take(destination) else { return nil }
+    /// One token-endpoint call for the tokens of `key`'s owner: its registration, or the
+    /// destination when its registrations share the tokens (client credentials).
+    func admit(_ key: TokenKey) -> Duration? {
+        guard let wait = tokenCalls.take(Self.tokenCallKey(key)) else { return nil }
         metrics.increment(.rateLimited, [("limit", "token_endpoint")])
         return wait
     }
+
+    static func tokenCallKey(_ key: TokenKey) -> String {
+        key.registrationID.map { "r:\($0)|\(key.destination)" } ?? "d:" + key.destination
+    }
+
+    /// Before an admin token is looked at: refused while the client address has failed too often.
+    func checkAdminAllowed(client: String) throws(Problem) {
+        guard let wait = failedAdmin.exhausted(client) else { return }
+        metrics.increment(.rateLimited, [("limit", "failed_admin")])
+        throw Problem.rateLimited(retryAfter: wait, detail: "too many failed admin authentications; try again after Retry-After seconds")
+    }
+
+    func recordFailedAdmin(client: String) { _ = failedAdmin.take(client) }
 
     /// Before a Basic or password check: refused while any of the attempt's keys has failed too often.
     func checkLoginAllowed(_ attempt: LoginAttempt) throws(Problem) {

@@ -1,0 +1,37 @@
+import HTTPTypes
+import Hummingbird
+
+/// Who may send a request on the hosted upstream's web path (`/web/{destination}/…`) now:
+/// the web path's rate limit and its in-flight cap, both per client address (the browser
+/// is not known yet: its binding cookie is read after this). Refusals are HTML pages with
+/// `Retry-After`, as a browser gets every other answer there; the in-flight slot is held
+/// until the answer's body is written.
+struct HostedUpstreamAdmission: RouterMiddleware {
+    typealias Context = ParleyRequestContext
+    let limits: RateLimits
+    let inFlight: InFlightLimits
+    let metrics: Metrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let ticket: InFlightTicket
+        do throws(Problem) {
+            try limits.check(limits.web, client, kind: "web")
+            do throws(Problem) { ticket = try inFlight.admit(key: client) } catch {
+                metrics.increment(.rateLimited, [("limit", "web_in_flight")])
+                throw error
+            }
+        } catch {
+            var page = Page.problem(error)
+            for field in error.headers { page.headers.append(field) }
+            return page
+        }
+        var response = try await next(request, context)
+        let body = response.body
+        response.body = ResponseBody(contentLength: body.contentLength) { writer in
+            defer { ticket.release() }
+            try await body.write(writer)
+        }
+        return response
+    }
+}
