@@ -2456,7 +2456,7 @@ public enum EmbeddedOpenAPI {
             },
             "/web/{destination}": {
               "summary": "The hosted upstream of `saml2` and `otp` flows (the destination's root)",
-              "description": "The destination's URL seen through Parley, for a browser bound (cookie `parley_flow`) to a pending flow of a registration of that destination. Requests go to the destination URL plus the path (same path rules as the proxy) with the registration's cookies, its Basic credentials when asked, and `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Prefix`. Answers keep the upstream's headers except `Set-Cookie` and hop-by-hop ones; an upstream-origin `Location` is mapped into the web path. Also served: `MERGE`, which OpenAPI cannot describe. `TRACE`, `CONNECT` and every other method get `405 method_not_allowed` with `Allow`.",
+              "description": "The destination's URL seen through Parley, for a browser bound (cookie `parley_flow`) to a pending flow of a registration of that destination. Requests go to the destination URL plus the path (same path rules as the proxy) with the registration's cookies, its Basic credentials when asked, and `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Prefix`. Answers keep the upstream's headers except `Set-Cookie` and hop-by-hop ones; an upstream-origin `Location` is mapped into the web path. Kept in a box: a service-worker script request (`Service-Worker`) and another site's unsafe request that is not a top-level navigation (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, as the identity provider's post to the ACS; without Fetch Metadata, a `POST` a form can send) are `403` pages, never forwarded; every answer carries `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'`, and none carries the upstream's `Access-Control-*`, `Service-Worker-Allowed`, `Clear-Site-Data`, `Strict-Transport-Security`, `Alt-Svc`, `NEL` or `Report-To`. Also served: `MERGE`, which OpenAPI cannot describe. `TRACE`, `CONNECT` and every other method get `405 method_not_allowed` with `Allow`.",
               "parameters": [
                 {
                   "name": "destination",
@@ -2483,7 +2483,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2540,7 +2540,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2597,7 +2597,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2663,7 +2663,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2729,7 +2729,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2795,7 +2795,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2861,7 +2861,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2906,7 +2906,7 @@ public enum EmbeddedOpenAPI {
             },
             "/web/{destination}/{path}": {
               "summary": "The hosted upstream of `saml2` and `otp` flows",
-              "description": "The destination's URL seen through Parley, for a browser bound (cookie `parley_flow`) to a pending flow of a registration of that destination. Requests go to the destination URL plus the path (same path rules as the proxy) with the registration's cookies, its Basic credentials when asked, and `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Prefix`. Answers keep the upstream's headers except `Set-Cookie` and hop-by-hop ones; an upstream-origin `Location` is mapped into the web path. Also served: `MERGE`, which OpenAPI cannot describe. `TRACE`, `CONNECT` and every other method get `405 method_not_allowed` with `Allow`.",
+              "description": "The destination's URL seen through Parley, for a browser bound (cookie `parley_flow`) to a pending flow of a registration of that destination. Requests go to the destination URL plus the path (same path rules as the proxy) with the registration's cookies, its Basic credentials when asked, and `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Prefix`. Answers keep the upstream's headers except `Set-Cookie` and hop-by-hop ones; an upstream-origin `Location` is mapped into the web path. Kept in a box: a service-worker script request (`Service-Worker`) and another site's unsafe request that is not a top-level navigation (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, as the identity provider's post to the ACS; without Fetch Metadata, a `POST` a form can send) are `403` pages, never forwarded; every answer carries `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'`, and none carries the upstream's `Access-Control-*`, `Service-Worker-Allowed`, `Clear-Site-Data`, `Strict-Transport-Security`, `Alt-Svc`, `NEL` or `Report-To`. Also served: `MERGE`, which OpenAPI cannot describe. `TRACE`, `CONNECT` and every other method get `405 method_not_allowed` with `Allow`.",
               "parameters": [
                 {
                   "name": "destination",
@@ -2942,7 +2942,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -2999,7 +2999,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -3056,7 +3056,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -3122,7 +3122,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -3188,7 +3188,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -3254,7 +3254,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -3320,7 +3320,7 @@ public enum EmbeddedOpenAPI {
                     "schema": {
                       "type": "string"
                     },
-                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`."
+                    "description": "The binding set by the flow's start page: `<flow id>.<secret>`. Only one value counts: one not written as Parley writes it binds nothing, and two different values are a `403` page that removes them."
                   }
                 ],
                 "responses": {
@@ -5626,7 +5626,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "WebForbidden": {
-                "description": "An HTML page (`data-parley-error=\"forbidden\"` on `<body>`): no valid binding to a pending flow of this destination (nothing is forwarded); or the upstream's own `403`.",
+                "description": "An HTML page (`data-parley-error=\"forbidden\"` on `<body>`), nothing forwarded: no valid binding to a pending flow of this destination; two different `parley_flow` values (then `Set-Cookie`s remove every `parley_flow` cookie the request could carry); a service-worker script request; or another site's unsafe request that is not a navigation. Or the upstream's own `403`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
@@ -5767,7 +5767,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "WebUpstreamAnswer": {
-                "description": "The upstream's answer for the browser.",
+                "description": "The upstream's answer for the browser, with `X-Frame-Options: DENY` and a `Content-Security-Policy: frame-ancestors 'none'` of its own; without `Set-Cookie`, `Access-Control-*`, `Service-Worker-Allowed`, `Clear-Site-Data`, `Strict-Transport-Security`, `Alt-Svc`, `NEL`, `Report-To` and hop-by-hop headers.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
