@@ -2505,6 +2505,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2562,6 +2565,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2618,6 +2624,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -2685,6 +2694,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2750,6 +2762,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -2817,6 +2832,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2882,6 +2900,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -2964,6 +2985,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3021,6 +3045,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3077,6 +3104,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -3144,6 +3174,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3209,6 +3242,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -3276,6 +3312,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3341,6 +3380,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/WebPayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -3457,6 +3499,9 @@ public enum EmbeddedOpenAPI {
                   "401": {
                     "$ref": "#/components/responses/InvalidAdminToken"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3515,6 +3560,9 @@ public enum EmbeddedOpenAPI {
                   "404": {
                     "$ref": "#/components/responses/NotFound"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3568,6 +3616,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "404": {
                     "$ref": "#/components/responses/NotFound"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -3695,6 +3746,9 @@ public enum EmbeddedOpenAPI {
                   "404": {
                     "$ref": "#/components/responses/NotFound"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3777,6 +3831,9 @@ public enum EmbeddedOpenAPI {
                   "413": {
                     "$ref": "#/components/responses/PayloadTooLarge"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -3856,6 +3913,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "401": {
                     "$ref": "#/components/responses/InvalidAdminToken"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -5780,7 +5840,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "RateLimited": {
-                "description": "`rate_limited`: too many requests of this kind (per client address, registration or destination); `Retry-After` says when to try again.",
+                "description": "`rate_limited`: too many requests of this kind (per client address, registration or destination), too many in flight, or too many failed admin authentications from this address; `Retry-After` says when to try again.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
@@ -5812,10 +5872,13 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "WebRateLimited": {
-                "description": "An HTML page: too many failed sign-ins for this registration or user hint; try again later.",
+                "description": "An HTML page: too many requests on the web path from this client address, too many of them in flight, or (on the credentials form) too many failed sign-ins for this registration or user hint; `Retry-After` says when to try again where it is sent.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
+                  },
+                  "Retry-After": {
+                    "$ref": "#/components/headers/RetryAfter"
                   }
                 },
                 "content": {
