@@ -224,6 +224,8 @@ import Testing
             #expect(limited.status == .tooManyRequests)
             #expect(limited.headers[.retryAfter] == "30")
             #expect(String(buffer: limited.body).contains("data-parley-error=\"rate_limited\""))
+            // A refusal of the web path is boxed like every other answer there.
+            #expect(limited.headers[.xFrameOptions] == "DENY")
             let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
             #expect(metrics.contains(#"parley_rate_limited_total{limit="web"} 1"#), "\(metrics)")
             clock.advance(by: .seconds(30))

@@ -4,7 +4,7 @@ import Hummingbird
 /// Who may send a request on the hosted upstream's web path (`/web/{destination}/…`) now:
 /// the web path's rate limit and its in-flight cap, both per client address (the browser
 /// is not known yet: its binding cookie is read after this). Refusals are HTML pages with
-/// `Retry-After`, as a browser gets every other answer there; the in-flight slot is held
+/// `Retry-After`, boxed like every other answer there (`WebPathBox`); the in-flight slot is held
 /// until the answer's body is written.
 struct HostedUpstreamAdmission: RouterMiddleware {
     typealias Context = ParleyRequestContext
@@ -24,7 +24,7 @@ struct HostedUpstreamAdmission: RouterMiddleware {
         } catch {
             var page = Page.problem(error)
             for field in error.headers { page.headers.append(field) }
-            return page
+            return WebPathBox.boxed(page)
         }
         var response = try await next(request, context)
         let body = response.body
