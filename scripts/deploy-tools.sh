@@ -17,24 +17,9 @@ if [ $# -lt 1 ]; then
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 requirements="$root/scripts/deploy-tools-requirements.txt"
-venv="$root/.local/deploy-tools"
-stamp="$venv/.requirements"
-python="${PYTHON:-python3}"
-
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-  echo "deploy-tools.sh: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv" >&2
-  if ! "$venv/bin/python" -c '' 2>/dev/null; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv"; then
-      echo "deploy-tools.sh: '$python -m venv' failed (on Debian: apt-get install python3-venv)" >&2
-      rm -rf "$venv"
-      exit 1
-    fi
-  fi
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
-  cp "$requirements" "$stamp"
-fi
+# venv: .local/deploy-tools with exactly these pins
+source "$root/scripts/pinned-venv.sh"
+pinned_venv deploy-tools "$requirements"
 
 tool="$1"
 shift

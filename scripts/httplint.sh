@@ -19,24 +19,9 @@ if [ $# -ne 2 ]; then
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 requirements="$root/scripts/httplint-requirements.txt"
-venv="$root/.local/httplint"
-stamp="$venv/.requirements"
-python="${PYTHON:-python3}"
-
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-  echo "httplint.sh: installing $(sed -n 's/^httplint==/httplint /p' "$requirements") into $venv" >&2
-  if ! "$venv/bin/python" -c '' 2>/dev/null; then
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    if ! "$python" -m venv "$venv"; then
-      echo "httplint.sh: '$python -m venv' failed (on Debian: apt-get install python3-venv)" >&2
-      rm -rf "$venv"
-      exit 1
-    fi
-  fi
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
-  cp "$requirements" "$stamp"
-fi
+# venv: .local/httplint with exactly these pins
+source "$root/scripts/pinned-venv.sh"
+pinned_venv httplint "$requirements"
 
 "$venv/bin/python" - "$1" "$2" <<'PY'
 import fnmatch, os, sys
