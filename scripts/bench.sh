@@ -103,18 +103,9 @@ fi
 bin="$(swift build -c release --show-bin-path)"
 [ -x "$bin/parley" ] && [ -x "$bin/upstream-simulator" ] || die "release binaries missing in $bin"
 
-# ---------------------------------------------------------------- PostgreSQL (like scripts/run.sh)
-pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
-pg_data="$tmp/postgres"
+# ---------------------------------------------------------------- PostgreSQL (scripts/bench/common.sh)
 read -r pg_port sim_port nginx_port parley_port < <(free_ports 4)
-if [ "$(id -u)" -eq 0 ]; then
-  as_pg="runuser -u postgres --"
-  chmod 711 "$tmp"
-  mkdir -p "$pg_data" && chown postgres "$pg_data"
-fi
-$as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; die "initdb"; }
-$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-  -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+start_postgres "$tmp" "$pg_port"
 database_url="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
 PSQL="$pg_bin/psql -X -A -t -h 127.0.0.1 -p $pg_port -U parley -d postgres"
 

@@ -110,18 +110,9 @@ if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
 fi
 [ -x "$parley_bin" ] && [ -x "$sim_bin" ] || die "binaries missing: $parley_bin $sim_bin"
 
-# ---------------------------------------------------------------- PostgreSQL (like scripts/bench.sh)
-pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
-pg_data="$tmp/postgres"
+# ---------------------------------------------------------------- PostgreSQL (scripts/bench/common.sh)
 read -r pg_port sim_port haproxy_port p1 p2 p3 < <(free_ports 6)
-if [ "$(id -u)" -eq 0 ]; then
-  as_pg="runuser -u postgres --"
-  chmod 711 "$tmp"
-  mkdir -p "$pg_data" && chown postgres "$pg_data"
-fi
-$as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; die "initdb"; }
-$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-  -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+start_postgres "$tmp" "$pg_port"
 
 # ---------------------------------------------------------------- simulator
 "$sim_bin" --host 127.0.0.1 --port "$sim_port" --access-token-seconds "${SOAK_TOKEN_SECONDS:-90}" >"$tmp/simulator.log" 2>&1 &

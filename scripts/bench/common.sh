@@ -31,6 +31,25 @@ wait_http_200() {
   return 1
 }
 
+# ---------------------------------------------------------------- PostgreSQL
+# start_postgres DIR PORT — a throwaway cluster in DIR/postgres on 127.0.0.1:PORT (as root, run
+# as `postgres`: DIR is opened to it). Sets pg_bin, pg_data and as_pg, with which the caller's
+# clean-up stops it (`$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop`).
+start_postgres() {
+  local dir="$1" port="$2"
+  pg_bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  pg_data="$dir/postgres"
+  as_pg=""
+  if [ "$(id -u)" -eq 0 ]; then
+    as_pg="runuser -u postgres --"
+    chmod 711 "$dir"
+    mkdir -p "$pg_data" && chown postgres "$pg_data"
+  fi
+  $as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb"; }
+  $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
+    -o "-p $port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+}
+
 # Fails with the name of every variable of the interface that is missing.
 require_bench_env() {
   local missing=() v

@@ -39,14 +39,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 read -r pg_port sim_port < <(free_ports 2)
-if [ "$(id -u)" -eq 0 ]; then
-  as_pg="runuser -u postgres --"
-  chmod 711 "$tmp"
-  mkdir -p "$pg_data" && chown postgres "$pg_data"
-fi
-$as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; die "initdb"; }
-$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-  -o "-p $pg_port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+start_postgres "$tmp" "$pg_port"
 
 "$BIN/upstream-simulator" --host 127.0.0.1 --port "$sim_port" >"$tmp/simulator.log" 2>&1 &
 sim_pid=$!
