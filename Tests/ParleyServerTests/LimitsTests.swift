@@ -182,7 +182,7 @@ import Testing
         let router = Router(context: ParleyRequestContext.self)
         router.group("/web").add(middleware: HostedUpstreamAdmission(
             limits: RateLimits(settings: RateLimitSettings(), clock: TestClock(), metrics: metrics),
-            inFlight: InFlightLimits(perKey: 1, subject: "this address"), metrics: metrics)
+            inFlight: InFlightLimits(perKey: 1, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight"))
         ).get("{destination}") { _, _ -> Response in
             // Only the first request waits (so that a request let through answers at once).
             if calls.add(1, ordering: .relaxed).oldValue == 0 {
@@ -228,7 +228,7 @@ import Testing
         router.group("/v1").add(middleware: AsRegistration(registration: registration)).group(context: ClientRequestContext.self)
             .group("flows").add(middleware: FlowAdmission(
                 limits: RateLimits(settings: RateLimitSettings(), clock: TestClock(), metrics: metrics),
-                inFlight: InFlightLimits(perKey: 1, subject: "this registration"), metrics: metrics)
+                inFlight: InFlightLimits(perKey: 1, subject: "this registration", countingRefusalsIn: metrics, as: "flows_in_flight"))
             ).post { _, _ -> Response in
                 if calls.add(1, ordering: .relaxed).oldValue == 0 {
                     arrival.yield()

@@ -184,13 +184,16 @@ func compose(
         proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
-            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration), metrics: metrics),
+            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics)),
         flowAdmission: FlowAdmission(
-            limits: limits, inFlight: InFlightLimits(perKey: configuration.limits.maxInFlightFlowsPerRegistration, subject: "this registration"),
-            metrics: metrics),
+            limits: limits,
+            inFlight: InFlightLimits(
+                perKey: configuration.limits.maxInFlightFlowsPerRegistration, subject: "this registration", countingRefusalsIn: metrics,
+                as: "flows_in_flight")),
         hostedUpstreamAdmission: HostedUpstreamAdmission(
-            limits: limits, inFlight: InFlightLimits(perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address"),
-            metrics: metrics),
+            limits: limits,
+            inFlight: InFlightLimits(
+                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight")),
         adminAuthenticator: AdminAuthenticator(
             tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
         admin: AdminController(

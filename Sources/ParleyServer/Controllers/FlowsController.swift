@@ -8,16 +8,11 @@ struct FlowAdmission: RouterMiddleware {
     typealias Context = ClientRequestContext
     let limits: RateLimits
     let inFlight: InFlightLimits
-    let metrics: Metrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let key = context.registration.idString
         try limits.check(limits.flows, key, kind: "flow")
-        let ticket: InFlightTicket
-        do { ticket = try inFlight.admit(key: key) } catch {
-            metrics.increment(.rateLimited, [("limit", "flows_in_flight")])
-            throw error
-        }
+        let ticket = try inFlight.admit(key: key)
         defer { ticket.release() }
         return try await next(request, context)
     }

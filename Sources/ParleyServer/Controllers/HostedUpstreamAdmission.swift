@@ -10,17 +10,13 @@ struct HostedUpstreamAdmission: RouterMiddleware {
     typealias Context = ParleyRequestContext
     let limits: RateLimits
     let inFlight: InFlightLimits
-    let metrics: Metrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
         let ticket: InFlightTicket
         do throws(Problem) {
             try limits.check(limits.web, client, kind: "web")
-            do throws(Problem) { ticket = try inFlight.admit(key: client) } catch {
-                metrics.increment(.rateLimited, [("limit", "web_in_flight")])
-                throw error
-            }
+            ticket = try inFlight.admit(key: client)
         } catch {
             var page = Page.problem(error)
             for field in error.headers { page.headers.append(field) }

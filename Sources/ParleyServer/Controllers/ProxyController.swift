@@ -43,7 +43,6 @@ struct ProxyAdmission: RouterMiddleware {
     let conversations: Conversations
     let limits: RateLimits
     let inFlight: InFlightLimits
-    let metrics: Metrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         // Without a registration the authenticator before this one has answered already.
@@ -53,10 +52,7 @@ struct ProxyAdmission: RouterMiddleware {
             try limits.checkLoginAllowed(LoginAttempt(registration: registration.id))
         }
         var context = context
-        do { context.inFlight = try inFlight.admit(registration.id) } catch {
-            metrics.increment(.rateLimited, [("limit", "in_flight")])
-            throw error
-        }
+        context.inFlight = try inFlight.admit(registration.id)
         return try await next(request, context)
     }
 }

@@ -9,14 +9,19 @@ final class InFlightLimits: Sendable {
     let perKey: Int
     /// Who is at the cap, for the refusal's detail ("this registration").
     let subject: String
+    /// Where a refusal is counted: `parley_rate_limited_total{limit=<label>}`.
+    private let refusals: (metrics: Metrics, label: String)?
     private let counts = Mutex<[String: Int]>([:])
 
-    init(perKey: Int, subject: String) {
+    init(perKey: Int, subject: String, countingRefusalsIn metrics: Metrics? = nil, as label: String = "in_flight") {
         self.perKey = perKey
         self.subject = subject
+        refusals = metrics.map { ($0, label) }
     }
 
-    convenience init(perRegistration: Int) { self.init(perKey: perRegistration, subject: "this registration") }
+    convenience init(perRegistration: Int, countingRefusalsIn metrics: Metrics? = nil) {
+        self.init(perKey: perRegistration, subject: "this registration", countingRefusalsIn: metrics)
+    }
 
     /// A ticket for one more request, or `429` when the registration is at its cap.
     func admit(_ registration: UUID) throws(Problem) -> InFlightTicket { try admit(key: registration.uuidString) }
@@ -30,6 +35,7 @@ final class InFlightLimits: Sendable {
             return true
         }
         guard admitted else {
+            if let refusals { refusals.metrics.increment(.rateLimited, [("limit", refusals.label)]) }
             throw Problem.rateLimited(
                 retryAfter: .seconds(1), detail: "\(subject) already has \(perKey) requests in flight; wait for one to finish")
         }
