@@ -71,6 +71,30 @@ import Testing
             #expect(inside.maximum == 1)
         }
     }
+
+    /// Two instances' batches of `last_used_at` over the same rows never deadlock: each writes
+    /// in one order, whatever order its dictionary iterates in (the soak saw SQLSTATE 40P01).
+    @Test func usageBatchesOverTheSameRowsNeverDeadlock() async throws {
+        try await Self.withTokens(leaseDuration: .seconds(30)) { tokens, _ in
+            let keys = (0..<60).map { TokenKey(destination: "as", registrationID: nil, scopeKey: "scope-\($0)") }
+            for key in keys {
+                try await tokens.exclusively(key) { access in
+                    try await access.save(StoredToken(accessToken: "at", refreshToken: nil, expiresAt: nil), for: key, grant: .clientCredentials)
+                }
+            }
+            // Dictionaries of different capacities iterate the same keys in different orders.
+            for round in 0..<10 {
+                let at = Date(timeIntervalSince1970: 1_800_000_000 + Double(round))
+                var small = [TokenKey: Date]()
+                var large = [TokenKey: Date](minimumCapacity: 4096)
+                for key in keys { small[key] = at }
+                for key in keys.reversed() { large[key] = at.addingTimeInterval(0.5) }
+                async let a: Void = tokens.markUsed(small)
+                async let b: Void = tokens.markUsed(large)
+                _ = try await (a, b)
+            }
+        }
+    }
 }
 
 final class InsideCounter: @unchecked Sendable {
