@@ -24,8 +24,9 @@ public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
 
     public func cookies(registrationID: String) async throws -> [StoredCookie] {
         if let cached = cache.value(for: registrationID) { return cached }
+        let mark = cache.mark()
         let jar = try await read(registrationID: registrationID)
-        cache.set(jar, for: registrationID)
+        cache.set(jar, for: registrationID, readSince: mark)
         return jar
     }
 

@@ -29,8 +29,9 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     public func load(_ key: TokenKey) async throws -> StoredToken? {
         let name = key.description
         if let cached = cache.value(for: name) { return cached.token }
+        let mark = cache.mark()
         let token = try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
-        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: name)
+        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: name, readSince: mark)
         return token
     }
 

@@ -15,8 +15,9 @@ final class ClientTokens: Sendable {
         guard !token.isEmpty, token.utf8.count <= Self.maxTokenBytes else { return nil }
         let hash = SecretToken.hash(token)
         if cached, let registration = recent.value(for: hash) { return registration }
+        let mark = recent.mark()
         guard let registration = try await registrations.find(clientTokenHash: hash) else { return nil }
-        if cached { recent.set(registration, for: hash) }
+        if cached { recent.set(registration, for: hash, readSince: mark) }
         return registration
     }
 

@@ -20,6 +20,25 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
         var entries: [Key: (value: Value, until: ContinuousClock.Instant)] = [:]
         /// Until the signal is up, nothing is cached.
         var enabled = false
+        /// Removals so far, counted: a value read before the removal of its key is never
+        /// stored after it (`mark`, `set(_:for:readSince:)`).
+        var removals: UInt64 = 0
+        /// The count at each key's last removal, bounded by `capacity` …
+        var removedAt: [Key: UInt64] = [:]
+        /// … and at the last removal of many keys (or of a forgotten `removedAt`).
+        var bulkRemoval: UInt64 = 0
+
+        mutating func removed(_ key: Key, capacity: Int) {
+            removals &+= 1
+            removedAt[key] = removals
+            if removedAt.count > capacity { removedInBulk() }
+        }
+
+        mutating func removedInBulk() {
+            removals &+= 1
+            bulkRemoval = removals
+            removedAt.removeAll(keepingCapacity: true)
+        }
     }
 
     private let state = Mutex(State())
@@ -51,10 +70,16 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
         return found
     }
 
-    func set(_ value: Value, for key: Key) {
+    /// Taken before reading the value that `set` will store. A change announced while the
+    /// value is read (its removal) makes that `set` store nothing: otherwise the value read
+    /// before the change would be cached after it, and served for the whole `lifetime`.
+    func mark() -> UInt64 { state.withLock { $0.removals } }
+
+    /// Stores `value`, read after `mark` was taken, unless its key (or everything) was removed since.
+    func set(_ value: Value, for key: Key, readSince mark: UInt64) {
         let until = ContinuousClock.now + lifetime
         state.withLock { state in
-            guard state.enabled else { return }
+            guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark else { return }
             if state.entries.count >= capacity {
                 let now = ContinuousClock.now
                 state.entries = state.entries.filter { $0.value.until > now }
@@ -64,18 +89,32 @@ final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendabl
         }
     }
 
-    func remove(_ key: Key) { _ = state.withLock { $0.entries.removeValue(forKey: key) } }
-
-    func removeAll(where matches: (Key, Value) -> Bool) {
-        state.withLock { state in state.entries = state.entries.filter { !matches($0.key, $0.value.value) } }
+    func remove(_ key: Key) {
+        state.withLock { state in
+            state.removed(key, capacity: capacity)
+            state.entries.removeValue(forKey: key)
+        }
     }
 
-    func removeAll() { state.withLock { $0.entries.removeAll() } }
+    func removeAll(where matches: (Key, Value) -> Bool) {
+        state.withLock { state in
+            state.removedInBulk()
+            state.entries = state.entries.filter { !matches($0.key, $0.value.value) }
+        }
+    }
+
+    func removeAll() {
+        state.withLock { state in
+            state.removedInBulk()
+            state.entries.removeAll()
+        }
+    }
 
     /// Follows the cache signal: `suspended` empties and stops the cache, `resumed` starts it.
     func setEnabled(_ enabled: Bool) {
         state.withLock { state in
             state.enabled = enabled
+            state.removedInBulk()
             if !enabled { state.entries.removeAll() }
         }
     }
