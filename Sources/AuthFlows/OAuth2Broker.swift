@@ -143,13 +143,16 @@ public final class OAuth2Broker: Sendable {
                 throw await refreshFailed(key, grant: settings.grant, detail: "unavailable", OAuth2Error(
                     .temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
             }
-        } else if current != nil {
-            try await access.delete(key)  // stale, and nothing to refresh it with
         }
 
+        // A stale token of a grant Parley can repeat stays stored until the new one replaces it
+        // in one write: deleting it first opened a window in which other instances saw no token.
         var parameters: [(String, String)]
         switch settings.grant {
         case .authorizationCode:
+            if current != nil, current?.refreshToken == nil {
+                try await access.delete(key)  // stale, and nothing to refresh it with
+            }
             return .interactionRequired
         case .clientCredentials:
             parameters = [("grant_type", "client_credentials")]
