@@ -38,14 +38,23 @@ public final class CSRFTokenCache: Sendable {
     }
 }
 
-private enum CSRFRefetched: ConversationContextKey { typealias Value = Bool }
+/// How often this conversation fetched a token again after a `403 Required`.
+private enum CSRFRefetches: ConversationContextKey { typealias Value = Int }
+/// The session's `Cookie` header when the attempt after a refetch took its token ("" for none).
+private enum CSRFSessionAtFetch: ConversationContextKey { typealias Value = String }
 
 /// SAP CSRF protection: before a modifying request, fetch a token with
 /// `X-CSRF-Token: Fetch` (a side request through the manager copy, so it carries
 /// the session's cookies), cache it per registration and origin, and send it.
-/// On `403` with `X-CSRF-Token: Required`, forget it, refetch once and retry.
+/// On `403` with `X-CSRF-Token: Required`, forget it, refetch and retry: once, and again
+/// (at most `maxRefetches` times) only while the session's cookies changed under the
+/// attempt. A token belongs to the upstream session, and a registration's session is shared
+/// by every instance: when it ends, concurrent conversations each sign in anew, and a token
+/// fetched in one session can meet the next one's cookie. An upstream that never accepts a
+/// token still costs one refetch.
 public struct CSRFFilter: RequestFilter, ResponseFilter {
     static let safeMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE"]
+    static let maxRefetches = 3
     let registrationID: String
     let cache: CSRFTokenCache
 
@@ -61,18 +70,21 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
         let key = registrationID + "|" + origin
         if let token = cache.token(for: key) {
             request.headers.set("X-CSRF-Token", token)
-            return .proceed
-        }
-        var fetch = UpstreamRequest(method: "GET", url: request.url, tls: request.tls, timeouts: request.timeouts)
-        fetch.headers.set("X-CSRF-Token", "Fetch")
-        if let appcid = request.headers["X-SMP-APPCID"] { fetch.headers.set("X-SMP-APPCID", appcid) }
-        if let authorization = request.headers["Authorization"] { fetch.headers.set("Authorization", authorization) }
-        if case .response(let response) = try await conversation.manager.execute(fetch, id: conversation.id + ".csrf") {
-            response.body.discard()
-            if let token = response.headers["X-CSRF-Token"], token.lowercased() != "required" {
-                cache.set(token, for: key)
-                request.headers.set("X-CSRF-Token", token)
+        } else {
+            var fetch = UpstreamRequest(method: "GET", url: request.url, tls: request.tls, timeouts: request.timeouts)
+            fetch.headers.set("X-CSRF-Token", "Fetch")
+            if let appcid = request.headers["X-SMP-APPCID"] { fetch.headers.set("X-SMP-APPCID", appcid) }
+            if let authorization = request.headers["Authorization"] { fetch.headers.set("Authorization", authorization) }
+            if case .response(let response) = try await conversation.manager.execute(fetch, id: conversation.id + ".csrf") {
+                response.body.discard()
+                if let token = response.headers["X-CSRF-Token"], token.lowercased() != "required" {
+                    cache.set(token, for: key)
+                    request.headers.set("X-CSRF-Token", token)
+                }
             }
+        }
+        if conversation[CSRFRefetches.self] != nil {
+            conversation[CSRFSessionAtFetch.self] = try await sessionCookies(request.url, conversation: conversation)
         }
         return .proceed
     }
@@ -80,11 +92,20 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
     public func inspect(_ response: inout UpstreamResponse, request: UpstreamRequest, conversation: Conversation) async throws
         -> ResponseDecision
     {
+        let refetches = conversation[CSRFRefetches.self] ?? 0
         guard response.status == 403, response.headers["X-CSRF-Token"]?.lowercased() == "required",
-            conversation[CSRFRefetched.self] != true, let origin = URLParts(request.url)?.origin
+            refetches < Self.maxRefetches, let origin = URLParts(request.url)?.origin
         else { return .deliver }
-        conversation[CSRFRefetched.self] = true
+        if refetches > 0 {
+            let now = try await sessionCookies(request.url, conversation: conversation)
+            guard now != conversation[CSRFSessionAtFetch.self] else { return .deliver }
+        }
+        conversation[CSRFRefetches.self] = refetches + 1
         cache.set(nil, for: registrationID + "|" + origin)
         return .restart(reason: .csrfTokenRequired)
+    }
+
+    private func sessionCookies(_ url: String, conversation: Conversation) async throws -> String {
+        try await conversation.manager.session.cookieJar?.cookieHeader(for: url) ?? ""
     }
 }

@@ -160,6 +160,59 @@ final class MemoryCookieRecords: CookieRecords {
         #expect(fetches.value.withLock { $0 } == 2)
     }
 
+    /// An upstream whose session ends under the first `moves` modifying requests (another
+    /// instance's conversation signed in anew): each is refused `403 Required` with the next
+    /// session's cookie. A token belongs to the session it was fetched in.
+    static func movingSession(moves: Int, fetches: Mutex<Int>.Box) -> FakeTransport {
+        let state = Mutex<(session: Int, moved: Int)>.Box((1, 0))
+        return FakeTransport { request in
+            if request.headers["X-CSRF-Token"] == "Fetch" {
+                fetches.value.withLock { $0 += 1 }
+                let session = state.value.withLock { $0.session }
+                return .text(200, headers: ["X-CSRF-Token": "t-s\(session)", "Set-Cookie": "sess=s\(session); Path=/"])
+            }
+            guard request.method == "POST" else { return .text(200) }
+            let answer = state.value.withLock { state -> (Int, String?) in
+                let current = "s\(state.session)"
+                if state.moved < moves {
+                    state.moved += 1
+                    state.session += 1
+                    return (403, "sess=s\(state.session); Path=/")
+                }
+                let good = request.headers["Cookie"] == "sess=\(current)" && request.headers["X-CSRF-Token"] == "t-\(current)"
+                return (good ? 201 : 403, nil)
+            }
+            switch (answer.0, answer.1) {
+            case (403, let cookie?): return .text(403, headers: ["X-CSRF-Token": "Required", "Set-Cookie": cookie])
+            case (403, nil): return .text(403, headers: ["X-CSRF-Token": "Required"])
+            default: return .text(answer.0)
+            }
+        }
+    }
+
+    /// A token fetched in one session met the next one's cookie twice in a row: each time the
+    /// session moved under the attempt, so the token is fetched again (seen in a one-hour soak:
+    /// 403 bursts when the upstream ended a shared session and three instances signed in anew).
+    @Test func refetchesAgainWhileTheSessionMovesUnderTheAttempt() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let m = manager(Self.movingSession(moves: 2, fetches: fetches), cache: CSRFTokenCache())
+        guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        else { Issue.record("no response"); return }
+        #expect(r.status == 201)
+        #expect(fetches.value.withLock { $0 } == 3)
+    }
+
+    /// A session that never settles costs at most three refetches.
+    @Test func refetchesAtMostThreeTimes() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let m = manager(Self.movingSession(moves: 100, fetches: fetches), cache: CSRFTokenCache())
+        guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        else { Issue.record("no response"); return }
+        #expect(r.status == 403)
+        #expect(fetches.value.withLock { $0 } == 4)
+    }
+
+    /// An upstream that refuses every token, with the session unchanged, costs one refetch.
     @Test func refetchesOnlyOncePerConversation() async throws {
         let fetches = Mutex<Int>.Box(0)
         let transport = FakeTransport { request in
