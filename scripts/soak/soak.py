@@ -617,15 +617,23 @@ class Soak:
 
     # ------------------------------------------------------------ judging
 
+    # An HTTP log line: "… parley/<server> <timers> <status> <bytes> [<cookies> ]<termination> … {<soak id>|<host>}".
+    HAPROXY_LINE = re.compile(r" parley/(\S+) \S+ (\d{3}) \S+ (?:\S+ \S+ )?([A-Za-z-]{4}) .*\{(\d+)[|}]")
+
     def haproxy_lines(self):
-        """HAProxy's log lines (only abnormal ones are logged) by soak id: (server, status, termination state)."""
+        """HAProxy's log lines (only abnormal ones are logged) by soak id: (server, status, termination state).
+        A request line the pattern cannot read is counted in `self.unread_log_lines`: a judge that
+        cannot read its witness must not pass (nor blame) anything."""
         found = {}
+        self.unread_log_lines = 0
         try:
             with open(self.haproxy_log, errors="replace") as f:
                 for line in f:
-                    m = re.search(r" parley/(\S+) \S+ (\d{3}) \S+ \S+ \S+ (\S{4}) .*\{(\d+)\}", line)
+                    m = self.HAPROXY_LINE.search(line)
                     if m:
                         found[int(m.group(4))] = (m.group(1), int(m.group(2)), m.group(3))
+                    elif re.search(r" parley/\S+ .*\{\d+", line):
+                        self.unread_log_lines += 1
         except OSError:
             pass
         return found
@@ -816,6 +824,7 @@ class Soak:
             ("at least one instance was killed", len(self.kills) >= 1),
             ("PostgreSQL was restarted", len(self.pg_windows) == 1),
             ("only allowed errors", not unexplained),
+            ("every HAProxy request line was read", self.unread_log_lines == 0),
             ("no token lost", tokens_lost == 0),
             ("tokens were refreshed", refreshes > 0),
         ]
