@@ -8,15 +8,18 @@ public struct RegistrationMaterial: Sendable {
     public var appcid: String?
     public var credentials: UserCredentials?
     public var clientCertificate: ClientCertificateMaterial?
+    /// The verified user's identity token, kept for a destination's propagation grant.
+    public var identity: PropagatedIdentity?
 
     public init(
         registrationID: String, appcid: String? = nil, credentials: UserCredentials? = nil,
-        clientCertificate: ClientCertificateMaterial? = nil
+        clientCertificate: ClientCertificateMaterial? = nil, identity: PropagatedIdentity? = nil
     ) {
         self.registrationID = registrationID
         self.appcid = appcid
         self.credentials = credentials
         self.clientCertificate = clientCertificate
+        self.identity = identity
     }
 }
 
@@ -128,7 +131,8 @@ public struct DestinationConfigurator: Sendable {
         }
         if let broker = oauth2, let endpoint = tokenEndpoint(for: destination) {
             let participant = OAuth2Participant(
-                broker: broker, endpoint: endpoint, registrationID: registration.registrationID, credentials: registration.credentials)
+                broker: broker, endpoint: endpoint, registrationID: registration.registrationID, credentials: registration.credentials,
+                identity: registration.identity)
             requestFilters.append(OAuth2RequestFilter(participant))
             responseFilters.append(OAuth2ResponseFilter(participant))
         }

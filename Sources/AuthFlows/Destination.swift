@@ -273,6 +273,16 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         /// The `prompt` of authorization requests, for every registration (`""`: none); absent,
         /// `login` for registrations without a verified user and none for the others.
         public var prompt: String?
+        /// Propagation (`token_exchange`, `jwt_bearer`): what the token is for (RFC 8693
+        /// `audience`, `resource`), the identity token's type as `subject_token`, which assertion
+        /// a JWT bearer grant sends, the `aud` of Parley's own assertion, and the claim of the
+        /// identity token its `sub` is taken from.
+        public var audience: String?
+        public var resource: String?
+        public var subjectTokenType: String?
+        public var assertion: String?
+        public var assertionAudience: String?
+        public var subjectClaim: String?
 
         public struct Challenge: Sendable, Decodable, Equatable {
             public var statuses: [Int]?
@@ -421,6 +431,10 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
                 problems.append(
                     "\(label): registration.identity is required, but oauth2 sign-ins name nobody without oauth2.jwksUri or oauth2.userinfoEndpoint")
             }
+        }
+        // A propagation grant speaks for the registration's verified user: without one it has nobody to speak for.
+        if let settings, settings.propagation != nil, registration?.identity != "required" {
+            problems.append("\(label): oauth2.grant \(settings.grant.rawValue) speaks for a verified user, so it needs registration: {identity: required}")
         }
         guard problems.isEmpty else { throw Invalid(problems: problems) }
         return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)

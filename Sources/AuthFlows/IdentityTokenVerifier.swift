@@ -1,5 +1,5 @@
 public import Conversation
-import Foundation
+public import Foundation
 import JWTKit
 public import Logging
 import ParleyEncoding
@@ -14,11 +14,14 @@ public struct VerifiedIdentity: Sendable, Equatable {
     /// Every claim of the token whose value is a string (`sub`, `email`, `preferred_username`,
     /// `upn`, `nonce`, …), as the token carried it.
     public let claims: [String: String]
+    /// The token's `exp`.
+    public let expiresAt: Date?
 
-    public init(issuer: String, subject: String, claims: [String: String]) {
+    public init(issuer: String, subject: String, claims: [String: String], expiresAt: Date? = nil) {
         self.issuer = issuer
         self.subject = subject
         self.claims = claims
+        self.expiresAt = expiresAt
     }
 }
 
@@ -159,7 +162,7 @@ public final class IdentityTokenVerifier: Sendable {
         }
         var strings: [String: String] = [:]
         for (name, value) in claims { if let string = value.string { strings[name] = string } }
-        return VerifiedIdentity(issuer: provider.issuer, subject: subject, claims: strings)
+        return VerifiedIdentity(issuer: provider.issuer, subject: subject, claims: strings, expiresAt: Date(timeIntervalSince1970: expiry))
     }
 
     // MARK: keys

@@ -66,6 +66,9 @@ public final class OAuth2Broker: Sendable {
     let events: (any TokenEventSink)?
     let logger: Logger
     let skew: TimeInterval
+    /// Parley's signing keys and issuer, for the assertions of `jwt_bearer` grants (`assertion: parley`).
+    let signer: ParleySigningKeys?
+    let issuer: String
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
     /// The most token keys kept in back-off at once.
@@ -73,8 +76,11 @@ public final class OAuth2Broker: Sendable {
 
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
-        usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), logger: Logger
+        usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), signer: ParleySigningKeys? = nil, issuer: String = "",
+        logger: Logger
     ) {
+        self.signer = signer
+        self.issuer = issuer
         self.callGate = callGate
         self.usage = usage
         self.store = store
@@ -95,18 +101,22 @@ public final class OAuth2Broker: Sendable {
     public func noteUse(_ key: TokenKey) { usage?.used(key, at: clock.now) }
 
     /// A usable token for `key`, replacing `stale` (the token that was refused or expired).
+    /// `credentials` serve the password grant, `identity` the propagation grants.
     public func obtain(
-        _ key: TokenKey, endpoint: TokenEndpointClient, credentials: UserCredentials?, stale: StoredToken?
+        _ key: TokenKey, endpoint: TokenEndpointClient, credentials: UserCredentials?, identity: PropagatedIdentity? = nil,
+        stale: StoredToken?
     ) async throws -> TokenOutcome {
         try await flights.run(key) { [self] in
             try await store.exclusively(key) { access in
-                try await self.obtainExclusively(key, access: access, endpoint: endpoint, credentials: credentials, stale: stale)
+                try await self.obtainExclusively(
+                    key, access: access, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale)
             }
         }
     }
 
     private func obtainExclusively(
-        _ key: TokenKey, access: any TokenAccess, endpoint: TokenEndpointClient, credentials: UserCredentials?, stale: StoredToken?
+        _ key: TokenKey, access: any TokenAccess, endpoint: TokenEndpointClient, credentials: UserCredentials?,
+        identity: PropagatedIdentity?, stale: StoredToken?
     ) async throws -> TokenOutcome {
         let settings = endpoint.settings
         let current = try await access.load(key)
@@ -156,13 +166,21 @@ public final class OAuth2Broker: Sendable {
             return .interactionRequired
         case .clientCredentials:
             parameters = [("grant_type", "client_credentials")]
+            if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
         case .password:
             guard let credentials else {
                 throw OAuth2Error(.refused, detail: "the password grant needs credentials, and the registration has none")
             }
             parameters = [("grant_type", "password"), ("username", credentials.username), ("password", credentials.password)]
+            if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
+        case .tokenExchange, .jwtBearer:
+            guard let propagation = settings.propagation else {
+                throw OAuth2Error(.refused, detail: "the \(settings.grant.rawValue) grant has no propagation settings")
+            }
+            parameters = try await PropagationGrant.parameters(
+                propagation, grant: settings.grant, identity: identity, signer: signer, issuer: issuer, scopes: settings.scopes,
+                now: clock.now)
         }
-        if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
         try admitCall(key)
         switch await endpoint.request(parameters) {
         case .token(let token):

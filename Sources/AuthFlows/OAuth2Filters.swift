@@ -20,12 +20,18 @@ public struct OAuth2Participant: Sendable {
     public let endpoint: TokenEndpointClient
     public let registrationID: String
     public let credentials: UserCredentials?
+    /// The verified user a propagation grant speaks for.
+    public let identity: PropagatedIdentity?
 
-    public init(broker: OAuth2Broker, endpoint: TokenEndpointClient, registrationID: String, credentials: UserCredentials?) {
+    public init(
+        broker: OAuth2Broker, endpoint: TokenEndpointClient, registrationID: String, credentials: UserCredentials?,
+        identity: PropagatedIdentity? = nil
+    ) {
         self.broker = broker
         self.endpoint = endpoint
         self.registrationID = registrationID
         self.credentials = credentials
+        self.identity = identity
     }
 
     var settings: OAuth2Settings { endpoint.settings }
@@ -37,7 +43,7 @@ public struct OAuth2Participant: Sendable {
     }
 
     func obtain(_ key: TokenKey, stale: StoredToken?) async throws -> TokenOutcome {
-        try await broker.obtain(key, endpoint: endpoint, credentials: credentials, stale: stale)
+        try await broker.obtain(key, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale)
     }
 }
 

@@ -5,7 +5,42 @@ import Foundation
 /// the client authenticates, what counts as a challenge, and how request URLs
 /// map to the storage URL a token is filed under (the seed's scope key).
 public struct OAuth2Settings: Sendable, Equatable {
-    public enum Grant: String, Sendable { case authorizationCode = "authorization_code", clientCredentials = "client_credentials", password }
+    public enum Grant: String, Sendable, CaseIterable {
+        case authorizationCode = "authorization_code", clientCredentials = "client_credentials", password
+        /// Propagation: RFC 8693 token exchange and RFC 7523 JWT bearer, for a verified user.
+        case tokenExchange = "token_exchange", jwtBearer = "jwt_bearer"
+    }
+
+    /// How a propagation grant turns the registration's verified user into a token.
+    public struct Propagation: Sendable, Equatable {
+        /// The JWT a `jwt_bearer` grant sends as `assertion`.
+        public enum Assertion: String, Sendable, CaseIterable {
+            /// The registration's identity token, as the client sent it.
+            case identityToken = "identity_token"
+            /// A JWT Parley issues and signs for the user (`PARLEY_SIGNING_KEYS`).
+            case parley
+        }
+
+        /// RFC 8693 `audience` and `resource` (token exchange only).
+        public let audience: String?
+        public let resource: String?
+        /// RFC 8693 `subject_token_type` of the identity token.
+        public let subjectTokenType: String
+        public let assertion: Assertion
+        /// The `aud` of Parley's assertion: the token endpoint unless configured.
+        public let assertionAudience: String
+        /// The claim of the identity token that Parley's assertion names as `sub`.
+        public let subjectClaim: String
+
+        /// The token types RFC 8693 names for a JWT a client may hold, by their short names.
+        public static let subjectTokenTypes: [String: String] = [
+            "jwt": "urn:ietf:params:oauth:token-type:jwt",
+            "id_token": "urn:ietf:params:oauth:token-type:id_token",
+            "access_token": "urn:ietf:params:oauth:token-type:access_token",
+        ]
+        public static let tokenExchangeGrantType = "urn:ietf:params:oauth:grant-type:token-exchange"
+        public static let jwtBearerGrantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    }
     public enum ClientAuthentication: String, Sendable { case basic = "client_secret_basic", post = "client_secret_post" }
 
     public struct Invalid: Error { public let problems: [String] }
@@ -67,6 +102,8 @@ public struct OAuth2Settings: Sendable, Equatable {
     public let userinfoEndpoint: String?
     /// The `prompt` of authorization requests (`oauth2.prompt`).
     public let prompt: Prompt
+    /// How a propagation grant speaks for the user; nil for the other grants.
+    public let propagation: Propagation?
 
     /// Whether an authorization-code flow of this destination learns who signed in: from the
     /// `id_token` (`jwksUri`), else from the userinfo endpoint.
@@ -85,7 +122,9 @@ public struct OAuth2Settings: Sendable, Equatable {
         var problems: [String] = []
         let prefix = "destination '\(name)': oauth2."
         let grant = Grant(rawValue: o.grant ?? "authorization_code")
-        if grant == nil { problems.append(prefix + "grant must be authorization_code, client_credentials or password") }
+        if grant == nil {
+            problems.append(prefix + "grant must be authorization_code, client_credentials, password, token_exchange or jwt_bearer")
+        }
         let auth = ClientAuthentication(rawValue: o.clientAuthentication ?? "client_secret_basic")
         if auth == nil { problems.append(prefix + "clientAuthentication must be client_secret_basic or client_secret_post") }
         func checkURL(_ name: String, _ value: String?, required: Bool) {
@@ -111,6 +150,7 @@ public struct OAuth2Settings: Sendable, Equatable {
                 problems.append(prefix + "prompt must be space-separated values of letters, digits, '_' and '-' (at most 100 bytes), or empty")
             }
         }
+        let propagation = Self.propagation(o, grant: grant, prefix: prefix, problems: &problems)
         if (o.clientId ?? "").isEmpty { problems.append(prefix + "clientId is required") }
         if grant == .clientCredentials && o.clientSecret == nil { problems.append(prefix + "client_credentials needs clientSecret") }
         for rule in o.scopeKeys ?? [] where URLParts(rule.key) == nil {
@@ -140,6 +180,50 @@ public struct OAuth2Settings: Sendable, Equatable {
         self.jwksURI = o.jwksUri
         self.userinfoEndpoint = o.userinfoEndpoint
         self.prompt = o.prompt.map { .always($0.isEmpty ? nil : $0) } ?? .loginUnlessVerified
+        self.propagation = propagation
+    }
+
+    /// The propagation fields, checked: only a propagation grant takes them, and each only where it applies.
+    private static func propagation(
+        _ o: DestinationSpec.OAuth2, grant: Grant?, prefix: String, problems: inout [String]
+    ) -> Propagation? {
+        let exchangeOnly: [(String, String?)] = [("audience", o.audience), ("resource", o.resource), ("subjectTokenType", o.subjectTokenType)]
+        let bearerOnly: [(String, String?)] = [("assertion", o.assertion), ("assertionAudience", o.assertionAudience), ("subjectClaim", o.subjectClaim)]
+        for (name, value) in exchangeOnly where value != nil && grant != .tokenExchange {
+            problems.append(prefix + "\(name) is read by the token_exchange grant only")
+        }
+        for (name, value) in bearerOnly where value != nil && grant != .jwtBearer {
+            problems.append(prefix + "\(name) is read by the jwt_bearer grant only")
+        }
+        guard let grant, grant == .tokenExchange || grant == .jwtBearer else { return nil }
+        if let audience = o.audience, audience.isEmpty || audience.utf8.count > 2000 {
+            problems.append(prefix + "audience must be 1 to 2000 bytes")
+        }
+        if let resource = o.resource, URLParts(resource) == nil { problems.append(prefix + "resource must be an absolute http(s) URL") }
+        var tokenType = Propagation.subjectTokenTypes["jwt"] ?? ""
+        if let named = o.subjectTokenType {
+            if let full = Propagation.subjectTokenTypes[named] {
+                tokenType = full
+            } else if Propagation.subjectTokenTypes.values.contains(named) {
+                tokenType = named
+            } else {
+                problems.append(prefix + "subjectTokenType must be jwt, id_token or access_token (or its urn:ietf:params:oauth:token-type: name)")
+            }
+        }
+        let assertion = Propagation.Assertion(rawValue: o.assertion ?? "identity_token")
+        if assertion == nil { problems.append(prefix + "assertion must be identity_token or parley") }
+        if let audience = o.assertionAudience, audience.isEmpty || audience.utf8.count > 2000 {
+            problems.append(prefix + "assertionAudience must be 1 to 2000 bytes")
+        }
+        if assertion != .parley, o.assertionAudience != nil || o.subjectClaim != nil {
+            problems.append(prefix + "assertionAudience and subjectClaim shape Parley's own assertion (assertion: parley)")
+        }
+        if let claim = o.subjectClaim, claim.isEmpty || claim.utf8.count > 200 {
+            problems.append(prefix + "subjectClaim must be a claim name of 1 to 200 bytes")
+        }
+        return Propagation(
+            audience: o.audience, resource: o.resource, subjectTokenType: tokenType, assertion: assertion ?? .identityToken,
+            assertionAudience: o.assertionAudience ?? o.tokenEndpoint ?? "", subjectClaim: o.subjectClaim ?? "sub")
     }
 
     /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):

@@ -77,6 +77,9 @@ public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
         case rateLimited
         /// The authorization server answered nonsense (not a usable token response): `502`.
         case invalidResponse
+        /// A propagation grant cannot speak for the user: the registration's identity token has
+        /// expired (or is not held); the client renews it (`401 invalid_identity_token`).
+        case identityTokenExpired
     }
 
     public let code: Code

@@ -34,6 +34,7 @@ public final class InMemoryRegistrations: RegistrationRepository {
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
+    public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.identityTokenSealed = sealed } }
 
     public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {
         rows.withLock { rows in

@@ -20,6 +20,8 @@ private struct OTPCodeAnswer: Encodable {
 /// - `POST /sim/sessions/expire` — every `SMPSESSION`, `SP_SESSION`, `BO_SESSION` and the OAuth2
 ///   authorization server's `AS_SESSION` stops working.
 /// - `POST /sim/oauth/expire-access-tokens` — every access token issued so far is expired.
+/// - `POST /sim/oauth/trust-jwks` with a JWK Set — the authorization server also trusts its keys
+///   for JWT bearer assertions (RFC 7523), as an administrator trusts Parley's `/.well-known/jwks.json`.
 /// - `POST /sim/oauth/revoke-refresh-tokens` — every refresh token issued so far is revoked.
 /// - `POST /sim/oauth/fail-token?status=503&count=N&retryAfter=S` — the next N token calls fail.
 /// - `POST /sim/oauth/token-delay?ms=N` — the token endpoint waits N ms before answering.
@@ -41,6 +43,17 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
         state.record("POST /sim/sessions/expire")
         state.expireSessions()
         return Response(status: .noContent)
+    }
+
+    router.post("/sim/oauth/trust-jwks") { request, _ -> Response in
+        state.record("POST /sim/oauth/trust-jwks")
+        let body = try await request.body.collect(upTo: 256 * 1024)
+        let bytes = Array(buffer: body)
+        guard (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any] else {
+            return SimHTTP.text("expected a JWK Set (JSON)", status: .badRequest)
+        }
+        state.oauth.trustedAssertionKeys = bytes
+        return SimHTTP.text("trusted")
     }
 
     router.post("/sim/oauth/expire-access-tokens") { _, _ -> Response in

@@ -35,6 +35,8 @@ private struct TokenAnswer: Encodable {
     let refresh_token: String?
     let scope: String?
     let id_token: String?
+    /// RFC 8693: what a token exchange issued.
+    var issued_token_type: String? = nil
 }
 
 private struct UserinfoAnswer: Encodable {
@@ -50,6 +52,9 @@ private struct ResourceAnswer: Encodable {
     let message: String
     let sub: String
     let path: String
+    /// A propagated token's audience and grant (absent for the others).
+    var aud: String? = nil
+    var grant: String? = nil
 }
 
 /// A checked authorization request (`GET` or `POST /oauth/authorize`).
@@ -291,7 +296,8 @@ private func scopeItems(_ scope: String?) -> Set<Substring> {
 /// - `POST /oauth/token` — grants `authorization_code` (+ PKCE S256), `client_credentials`,
 ///   `password`, `refresh_token` (rotating). A code granted with the `openid` scope also gets an
 ///   `id_token` (RS256, `kid`, `iss` = the issuer, `aud` = the client, `sub`, the request's
-///   `nonce`, `iat`, `exp` 5 minutes on).
+///   `nonce`, `iat`, `exp` 5 minutes on). Propagation: RFC 8693 token exchange and RFC 7523 JWT
+///   bearer (`propagationGrant`); the resource endpoints echo such a token's `aud` and `grant`.
 /// - `GET /oauth/jwks` — the `id_token` keys as a JWK Set.
 /// - `GET|POST /oauth/userinfo` — Bearer access token granted with `openid` → `{"sub": …}`;
 ///   `401` + `WWW-Authenticate: Bearer error="invalid_token"` without a valid one, `403`
@@ -372,7 +378,8 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         let outcome: Result<IssuedTokens, OAuthError> = parsed.flatMap { form in
             if let name = form.repeated.first { return .failure(OAuthError(.invalidRequest, "parameter \(name) is repeated")) }
             guard let grant = form["grant_type"] else { return .failure(OAuthError(.invalidRequest, "grant_type is missing")) }
-            guard ["authorization_code", "client_credentials", "password", "refresh_token"].contains(grant) else {
+            guard ["authorization_code", "client_credentials", "password", "refresh_token", tokenExchangeGrant, jwtBearerGrant].contains(grant)
+            else {
                 return .failure(OAuthError(.unsupportedGrantType, "grant_type \(grant) is not supported"))
             }
             return authenticateClient(request, form, configuration).flatMap { client in
@@ -405,6 +412,10 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                     let grant = OAuthGrant(
                         clientID: client.id, subject: username, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
                     return .success(oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now))
+                case tokenExchangeGrant, jwtBearerGrant:
+                    return propagationGrant(grant, form: form, client: client, configuration, state, oauth).map { grant in
+                        oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now)
+                    }
                 default:  // refresh_token
                     guard let refreshToken = form["refresh_token"] else {
                         return .failure(OAuthError(.invalidRequest, "refresh_token is missing"))
@@ -427,7 +438,8 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
             return SimHTTP.json(
                 TokenAnswer(
                     access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn,
-                    refresh_token: issued.refreshToken, scope: issued.scope, id_token: issued.idToken),
+                    refresh_token: issued.refreshToken, scope: issued.scope, id_token: issued.idToken,
+                    issued_token_type: grantType == tokenExchangeGrant ? "urn:ietf:params:oauth:token-type:access_token" : nil),
                 headers: [.cacheControl: "no-store", .pragma: "no-cache"])
         case .failure(let error):
             oauth.countTokenError(error.code)
@@ -498,8 +510,65 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                 }
                 try await SimHTTP.drain(request.body)
                 oauth.countResource(kind, rejected: false)
-                return SimHTTP.json(ResourceAnswer(message: "hello oauth", sub: access.subject, path: request.uri.path))
+                return SimHTTP.json(
+                    ResourceAnswer(
+                        message: "hello oauth", sub: access.subject, path: request.uri.path, aud: access.audience, grant: access.propagatedBy))
             }
         }
     }
+}
+
+let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
+let jwtBearerGrant = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+private let jwtTokenTypes: Set<String> = [
+    "urn:ietf:params:oauth:token-type:jwt", "urn:ietf:params:oauth:token-type:id_token", "urn:ietf:params:oauth:token-type:access_token",
+]
+
+/// RFC 8693 token exchange and RFC 7523 JWT bearer, as an authorization server checks them: the
+/// JWT (`subject_token` or `assertion`) must verify (RS256) with the demo identity provider's
+/// keys or, for an assertion, with the keys trusted by `POST /sim/oauth/trust-jwks`; it must
+/// name a `sub` and not have expired; an assertion's `aud` must name this server (its issuer or
+/// token endpoint), and its `jti` must be new. The token is the `sub`'s.
+private func propagationGrant(
+    _ grant: String, form: OAuthParameters, client: OAuthClient, _ configuration: SimulatorConfiguration, _ state: SimulatorState,
+    _ oauth: OAuthState
+) -> Result<OAuthGrant, OAuthError> {
+    let jwt: String
+    var audience: String?
+    if grant == tokenExchangeGrant {
+        guard let subjectToken = form["subject_token"], let type = form["subject_token_type"] else {
+            return .failure(OAuthError(.invalidRequest, "subject_token and subject_token_type are required"))
+        }
+        guard jwtTokenTypes.contains(type) else { return .failure(OAuthError(.invalidRequest, "subject_token_type \(type) is not supported")) }
+        jwt = subjectToken
+        audience = form["audience"] ?? form["resource"]
+    } else {
+        guard let assertion = form["assertion"] else { return .failure(OAuthError(.invalidRequest, "assertion is missing")) }
+        jwt = assertion
+    }
+    var keySets: [[UInt8]] = []
+    if let idp = state.identityProvider { keySets.append(idp.jwks) }
+    if grant == jwtBearerGrant, let trusted = oauth.trustedAssertionKeys { keySets.append(trusted) }
+    guard let claims = keySets.lazy.compactMap({ IdentityIssuer.verifiedClaims(jwt, jwks: $0) }).first else {
+        return .failure(OAuthError(.invalidGrant, "the JWT does not verify with a key this server trusts"))
+    }
+    guard let subject = claims["sub"] as? String, !subject.isEmpty else { return .failure(OAuthError(.invalidGrant, "the JWT names no sub")) }
+    let now = Date().timeIntervalSince1970
+    guard let expiry = claims["exp"] as? Double ?? (claims["exp"] as? Int).map(Double.init), expiry > now else {
+        return .failure(OAuthError(.invalidGrant, "the JWT has expired or has no exp"))
+    }
+    if grant == jwtBearerGrant {
+        let me = issuer(configuration, state)
+        let audiences = (claims["aud"] as? [String]) ?? (claims["aud"] as? String).map { [$0] } ?? []
+        guard audiences.contains(me) || audiences.contains(me + "/oauth/token") else {
+            return .failure(OAuthError(.invalidGrant, "the assertion's aud does not name this authorization server"))
+        }
+        if let jti = claims["jti"] as? String, !oauth.firstUse(ofAssertion: jti) {
+            return .failure(OAuthError(.invalidGrant, "the assertion's jti was used before"))
+        }
+    }
+    var granted = OAuthGrant(clientID: client.id, subject: subject, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
+    granted.audience = audience
+    granted.propagatedBy = grant == tokenExchangeGrant ? "token_exchange" : "jwt_bearer"
+    return .success(granted)
 }

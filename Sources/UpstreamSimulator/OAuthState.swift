@@ -30,6 +30,10 @@ struct OAuthGrant: Sendable {
     let grantID: String
     /// The authorization request's OpenID Connect `nonce`, echoed in the `id_token`.
     var nonce: String? = nil
+    /// What a token exchange (RFC 8693) asked the token for (`audience`, else `resource`), and
+    /// which propagation grant brought it: the resource endpoints echo both.
+    var audience: String? = nil
+    var propagatedBy: String? = nil
 
     /// Whether the grant asked for OpenID Connect (`openid` among its scopes).
     var isOpenID: Bool { (scope ?? "").split(separator: " ").contains("openid") }
@@ -49,6 +53,8 @@ public struct OAuthAccess: Sendable, Equatable {
     public let clientID: String
     public let subject: String
     public let scope: String?
+    public var audience: String? = nil
+    public var propagatedBy: String? = nil
 }
 
 /// A failure `POST /sim/oauth/fail-token` arranged for the token endpoint.
@@ -65,6 +71,22 @@ public final class OAuthState: Sendable {
     private let signer = Mutex<IdentityIssuer?>(nil)
 
     init() {}
+
+    /// The JWK Set whose keys the authorization server trusts for JWT bearer assertions besides
+    /// the demo identity provider's (`POST /sim/oauth/trust-jwks`: an administrator trusting
+    /// Parley's `/.well-known/jwks.json`).
+    private let trusted = Mutex<[UInt8]?>(nil)
+
+    public var trustedAssertionKeys: [UInt8]? {
+        get { trusted.withLock { $0 } }
+        set { trusted.withLock { $0 = newValue } }
+    }
+
+    /// The `jti`s of accepted JWT bearer assertions: one is never accepted twice (RFC 7523 §3 item 7).
+    private let seenAssertions = Mutex<Set<String>>([])
+
+    /// Records `jti`; false when it was seen before.
+    func firstUse(ofAssertion jti: String) -> Bool { seenAssertions.withLock { $0.insert(jti).inserted } }
 
     /// The keys the authorization server signs `id_token`s with (RS256, `kid` `sim-rsa-1`) and
     /// publishes at `GET /oauth/jwks`; nil only when key generation failed.
@@ -146,7 +168,9 @@ public final class OAuthState: Sendable {
     public func validate(accessToken token: String, now: ContinuousClock.Instant = .now) -> OAuthAccess? {
         data.withLock { data in
             guard let record = data.accessTokens[token], !record.expired, now < record.expires else { return nil }
-            return OAuthAccess(clientID: record.grant.clientID, subject: record.grant.subject, scope: record.grant.scope)
+            return OAuthAccess(
+                clientID: record.grant.clientID, subject: record.grant.subject, scope: record.grant.scope, audience: record.grant.audience,
+                propagatedBy: record.grant.propagatedBy)
         }
     }
 

@@ -101,7 +101,8 @@ func compose(
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
     let usage = TokenUsage()
     let broker = OAuth2Broker(
-        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics), callGate: limits, usage: usage, logger: logger)
+        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics), callGate: limits, usage: usage,
+        signer: configuration.keys.signingKeys, issuer: configuration.server.publicURL, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
@@ -172,7 +173,7 @@ func compose(
         binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange)
 
     let controllers = Controllers(
-        operations: OperationsController(readiness: d.readiness, metrics: metrics),
+        operations: OperationsController(readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys),
         registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),

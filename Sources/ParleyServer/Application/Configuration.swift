@@ -72,6 +72,10 @@ public struct ParleyConfiguration: Sendable {
             let timeouts = Timeouts(reading: settings)
             let housekeeping = Housekeeping(reading: settings)
             let connections = Connections(reading: settings)
+            for destination in file.destinations where destination.oauth2?.propagation?.assertion == .parley && keys?.signingKeys == nil {
+                settings.report(
+                    "destination '\(destination.name)': oauth2.assertion parley needs Parley's signing keys, and \(settings.variable("signing_keys")) is not set")
+            }
             guard let keys else { return nil }
             var configuration = ParleyConfiguration(
                 server: server, database: database, keys: keys, destinations: file.destinations, limits: limits, bodies: bodies,
@@ -202,6 +206,9 @@ extension ParleyConfiguration {
         public var keyRing: KeyRing
         /// SHA-256 of each admin token; presented tokens are compared in constant time.
         public var adminTokenHashes: [[UInt8]]
+        /// `PARLEY_SIGNING_KEYS`: Parley's own signing keys (`kid:<path to PEM private key>[,…]`),
+        /// for the assertions of propagation grants; published at `/.well-known/jwks.json`.
+        public var signingKeys: ParleySigningKeys?
         /// 32 random bytes in base64url without padding.
         public static let minimumAdminTokenLength = 43
 
@@ -223,8 +230,17 @@ extension ParleyConfiguration {
                     "\(settings.variable("encryption_keys")) is not set (kid:base64(32 bytes)[,kid:…]; e.g. k1:$(openssl rand -base64 32))")
                 return nil
             }
+            var signingKeys: ParleySigningKeys?
+            if let listed = settings.string("signing_keys") {
+                do {
+                    signingKeys = try ParleySigningKeys.parse(listed) { path in FileManager.default.contents(atPath: path).map { Array($0) } }
+                } catch {
+                    settings.report("\(settings.variable("signing_keys")): \(error)")  // kids and paths, never key material
+                }
+            }
             do {
                 self.init(keyRing: try KeyRing.parse(keys), adminTokens: adminTokens)
+                self.signingKeys = signingKeys
             } catch {
                 settings.report("\(error)")  // ids and positions, never key material
                 return nil

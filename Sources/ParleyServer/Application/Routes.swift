@@ -31,6 +31,7 @@ func addRoutes(
     router.get("/readyz", use: c.operations.ready)
     router.get("/metrics", use: c.operations.metricsText)
     router.get("/openapi.json", use: c.operations.openAPI)
+    router.get("/.well-known/jwks.json", use: c.operations.jwks)
 
     // Thin clients. Registering needs no token; everything else needs the client token.
     router.group("/v1/registrations").add(middleware: c.registrationAdmission).post(use: c.registrations.create)
@@ -39,6 +40,7 @@ func addRoutes(
         .group(context: ClientRequestContext.self)
     client.get("registrations/me", use: c.registrations.me)
     client.delete("registrations/me", use: c.registrations.delete)
+    client.put("registrations/me/identity", use: c.registrations.renewIdentity)
     client.group("flows").add(middleware: c.flowAdmission).post(use: c.flows.create)
     client.get("flows/{id}", use: c.flows.status)
 

@@ -1,3 +1,4 @@
+import AuthFlows
 import Foundation
 import Hummingbird
 import NIOCore
@@ -6,6 +7,18 @@ import NIOCore
 struct OperationsController: Sendable {
     let readiness: any ReadinessProbe
     let metrics: Metrics
+    /// Parley's signing keys (`PARLEY_SIGNING_KEYS`), published at `/.well-known/jwks.json`.
+    var signingKeys: ParleySigningKeys? = nil
+
+    /// `GET /.well-known/jwks.json`: the public half of every signing key, so that an
+    /// authorization server trusts Parley's assertions, before and after a rotation. `404`
+    /// when Parley has none.
+    @Sendable func jwks(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        guard let signingKeys else { return Problem.notFound("Parley has no signing keys (PARLEY_SIGNING_KEYS)").render() }
+        return Response(
+            status: .ok, headers: [.contentType: "application/jwk-set+json", .cacheControl: "max-age=300"],
+            body: .init(byteBuffer: ByteBuffer(bytes: signingKeys.jwks)))
+    }
 
     /// `{"status": "ok"}` and `{"status": "ready"}`.
     struct Status: Encodable, Sendable {

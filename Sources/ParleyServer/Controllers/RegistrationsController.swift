@@ -15,7 +15,8 @@ struct RegistrationAdmission: RouterMiddleware {
     }
 }
 
-/// `POST /v1/registrations` (anyone), `GET|DELETE /v1/registrations/me` (the registration itself).
+/// `POST /v1/registrations` (anyone), `GET|DELETE /v1/registrations/me` and
+/// `PUT /v1/registrations/me/identity` (the registration itself).
 struct RegistrationsController: Sendable {
     let service: RegistrationService
     let maxJSONBytes: Int
@@ -35,6 +36,20 @@ struct RegistrationsController: Sendable {
 
     @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let record = context.registration
+        return try JSONBody.response(
+            .ok, RegistrationView(record, appcid: try service.appcid(of: record), flow: try await service.pendingFlow(of: record)))
+    }
+
+    /// `PUT /v1/registrations/me/identity` input.
+    struct RenewIdentity: Decodable {
+        var identityToken: String
+    }
+
+    /// `PUT /v1/registrations/me/identity`: a fresh identity token of the same user; answers the registration.
+    @Sendable func renewIdentity(_ request: Request, context: ClientRequestContext) async throws -> Response {
+        let input = try await JSONBody.decode(RenewIdentity.self, from: request, limit: maxJSONBytes)
+        let record = context.registration
+        try await service.renewIdentity(record, token: input.identityToken, logger: context.logger)
         return try JSONBody.response(
             .ok, RegistrationView(record, appcid: try service.appcid(of: record), flow: try await service.pendingFlow(of: record)))
     }

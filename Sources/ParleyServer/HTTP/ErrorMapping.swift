@@ -47,6 +47,8 @@ extension Problem {
                 return .rateLimited(retryAfter: error.retryAfter ?? .seconds(1), detail: error.detail)
             case .invalidResponse:
                 return Problem(.badGateway, .upstreamUnavailable, error.detail)
+            case .identityTokenExpired:
+                return Problem(.unauthorized, .invalidIdentityToken, error.detail)
             }
         case let error as ConversationError:
             return Problem(.badGateway, .upstreamUnavailable, "the upstream conversation did not settle: \(error.detail)")
@@ -93,6 +95,10 @@ extension Problem {
             Problem(.forbidden, .forbidden, "this destination needs an enrolment secret (Parley-Enrolment) that was missing or wrong")
         case .identityTokenRequired:
             Problem(.forbidden, .forbidden, "this destination registers verified users only: send an identityToken")
+        case .identityNotVerified:
+            Problem(.forbidden, .forbidden, "this registration's user was not verified by an identity token, so it takes none")
+        case .identityOfAnotherUser:
+            Problem(.forbidden, .forbidden, "the identity token names another user than this registration's")
         case .notPendingApproval: .invalid("the registration is not waiting for approval")
         case .notFound: .notFound("no such registration")
         }

@@ -64,6 +64,9 @@ public struct RegistrationRecord: Sendable, Equatable {
     public var createdAt: Date
     /// Whose credentials these are; nil until a verified token or a first sign-in sets it.
     public var user: RegistrationUser?
+    /// The verified user's identity token (`PropagatedIdentity` as JSON), sealed; kept only for
+    /// a destination whose propagation grant speaks for the user.
+    public var identityTokenSealed: [UInt8]?
 
     /// The id as text, made once (logs and seal bindings use it on every request).
     public private(set) var idString: String
@@ -71,8 +74,9 @@ public struct RegistrationRecord: Sendable, Equatable {
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
         deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
-        createdAt: Date, user: RegistrationUser? = nil
+        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil
     ) {
+        self.identityTokenSealed = identityTokenSealed
         self.id = id
         self.idString = id.uuidString.lowercased()
         self.destination = destination

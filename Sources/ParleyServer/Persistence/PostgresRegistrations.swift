@@ -12,7 +12,7 @@ extension RegistrationRecord {
             userHint: try row.optionalString("user_hint"), returnUrl: try row.optionalString("return_url"),
             credentialsSealed: try row.optionalBytes("credentials_sealed"),
             clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"),
-            user: try RegistrationUser(row: row))
+            user: try RegistrationUser(row: row), identityTokenSealed: try row.optionalBytes("identity_token_sealed"))
     }
 }
 
@@ -44,7 +44,7 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     static let columns: SQL = """
         id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, \
-        client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match
+        client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match, identity_token_sealed
         """
 
     public func insert(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
@@ -52,10 +52,11 @@ public struct PostgresRegistrations: RegistrationRepository {
             """
             INSERT INTO registrations (id, destination, client_token_hash, status, device_type, device_model, user_hint,
                 return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at,
-                user_issuer, user_subject, user_verified, user_match)
+                user_issuer, user_subject, user_verified, user_match, identity_token_sealed)
             VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.deviceType), \(r.deviceModel),
                 \(r.userHint), \(r.returnUrl), \(r.credentialsSealed), \(r.clientCertificateSealed), \(r.appcidSealed),
-                \(r.createdAt), \(r.createdAt), \(r.user?.issuer), \(r.user?.subject), \(r.user?.verified), \(r.user?.match))
+                \(r.createdAt), \(r.createdAt), \(r.user?.issuer), \(r.user?.subject), \(r.user?.verified), \(r.user?.match),
+                \(r.identityTokenSealed))
             """)
     }
 
@@ -84,6 +85,10 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
         try await store.execute("UPDATE registrations SET credentials_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
+    }
+
+    public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws {
+        try await store.execute("UPDATE registrations SET identity_token_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
     }
 
     public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {

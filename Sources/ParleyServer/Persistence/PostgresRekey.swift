@@ -94,6 +94,7 @@ public struct Rekey: Sendable {
             columns: [
                 SealedColumn("appcid_sealed") { SealBinding.appcid(try $0.uuid("id")) },
                 SealedColumn("credentials_sealed") { SealBinding.credentials(try $0.uuid("id")) },
+                SealedColumn("identity_token_sealed") { SealBinding.identityToken(try $0.uuid("id")) },
                 SealedColumn("client_certificate_sealed") { SealBinding.clientCertificate(try $0.uuid("id")) },
             ]),
         SealedTable(

@@ -15,6 +15,8 @@ public protocol RegistrationRepository: Sendable {
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
     /// Credentials a person entered in a hosted form (sealed).
     func setCredentials(id: UUID, sealed: [UInt8]) async throws
+    /// Replaces the sealed identity token a propagation grant speaks with.
+    func setIdentityToken(id: UUID, sealed: [UInt8]) async throws
     /// Sets the registration's user when it has none yet (a first sign-in); false when it
     /// already had one (or is gone): a user never changes.
     func setUser(id: UUID, user: RegistrationUser) async throws -> Bool

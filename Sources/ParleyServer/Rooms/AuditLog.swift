@@ -25,6 +25,10 @@ enum AuditAction: String, Sendable, CaseIterable {
     case flowIdentityMismatch = "flow.identity_mismatch"
     /// A registration without a user got one: the first sign-in a flow completed.
     case registrationUserBound = "registration.user_bound"
+    /// `PUT /v1/registrations/me/identity`: a fresh identity token of the same user is kept.
+    case identityRenewed = "registration.identity_renewed"
+    /// `PUT /v1/registrations/me/identity` with another user's token (`detail.issuer`; never the token).
+    case identityRenewalRefused = "registration.identity_renewal_refused"
 
     case tokenIssued = "token.issued"
     case tokenRefreshed = "token.refreshed"

@@ -40,6 +40,10 @@ enum RegistrationError: Error, Sendable, Equatable {
     /// The destination requires verified users (`registration: {identity: required}`) and no
     /// identity token came. A token that came and failed is an `IdentityTokenError`.
     case identityTokenRequired
+    /// An identity token for a registration whose user no identity token verified.
+    case identityNotVerified
+    /// An identity token of somebody other than the registration's user.
+    case identityOfAnotherUser
     /// Approval of a registration that is not `pending_approval`.
     case notPendingApproval
     /// No registration has this id.
@@ -97,7 +101,8 @@ struct RegistrationService: Sendable {
                 throw RegistrationError.enrolmentSecretRefused
             }
         }
-        let user = try await verifiedUser(input.identityToken, destination: destination, logger: logger)
+        let verified = try await verifiedUser(input.identityToken, destination: destination, logger: logger)
+        let user = verified?.user
         var certificate: ClientCertificateMaterial?
         if let c = input.clientCertificate {
             guard c.pkcs12.utf8.count <= 4 * ClientIdentity.maxPKCS12Bytes / 3 + 4, let bytes = Base64.decode(c.pkcs12), !bytes.isEmpty else {
@@ -127,7 +132,10 @@ struct RegistrationService: Sendable {
             id: id, destination: destination.name, status: waits ? .pendingApproval : .active, deviceType: input.deviceType, deviceModel: input.deviceModel,
             userHint: input.userHint, returnUrl: input.returnUrl,
             credentialsSealed: try input.credentials.map { try secrets.seal(credentials: $0, id: id) },
-            clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now, user: user)
+            clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now, user: user,
+            identityTokenSealed: try propagatedIdentity(verified, input.identityToken, destination: destination).map {
+                try secrets.seal(identity: $0, id: id)
+            })
         try await registrations.insert(record, clientTokenHash: SecretToken.hash(token))
         var logger = logger
         logger[metadataKey: "registration.id"] = .string(record.idString)
@@ -147,7 +155,40 @@ struct RegistrationService: Sendable {
     /// The verified user an identity token names, with the value of the destination's
     /// `identity.match` claim that later sign-ins are compared with; nil without a token where
     /// the destination allows that. A refusal is audited and counted, and creates nothing.
-    private func verifiedUser(_ token: String?, destination: Destination, logger: Logger) async throws -> RegistrationUser? {
+    /// The identity a destination's propagation grant speaks with; nil where no grant needs it
+    /// (the token is then not kept at all).
+    private func propagatedIdentity(
+        _ verified: (user: RegistrationUser, identity: VerifiedIdentity)?, _ token: String?, destination: Destination
+    ) -> PropagatedIdentity? {
+        guard destination.oauth2?.propagation != nil, let verified, let token else { return nil }
+        return PropagatedIdentity(token: token, verified: verified.identity)
+    }
+
+    /// `PUT /v1/registrations/me/identity`: a fresh identity token for the same verified user.
+    /// Another user is `403 forbidden`; a token that does not verify is `401 invalid_identity_token`.
+    func renewIdentity(_ record: RegistrationRecord, token: String, logger: Logger) async throws {
+        let destination = try conversations.destination(of: record)
+        guard let current = record.user, current.verified else { throw RegistrationError.identityNotVerified }
+        guard let verified = try await verifiedUser(token, destination: destination, logger: logger) else {
+            throw RegistrationError.identityTokenRequired
+        }
+        guard verified.user.issuer == current.issuer, verified.user.subject == current.subject else {
+            await audit.record(
+                .identityRenewalRefused, actor: .client, registrationID: record.id, destination: destination.name,
+                detail: ["issuer": verified.user.issuer])
+            throw RegistrationError.identityOfAnotherUser
+        }
+        if let identity = propagatedIdentity(verified, token, destination: destination) {
+            try await registrations.setIdentityToken(id: record.id, sealed: try secrets.seal(identity: identity, id: record.id))
+            await invalidation.changed(record.id)
+        }
+        await audit.record(.identityRenewed, actor: .client, registrationID: record.id, destination: destination.name)
+        logger.info("identity token renewed", metadata: ["registration.id": .string(record.idString)])
+    }
+
+    private func verifiedUser(
+        _ token: String?, destination: Destination, logger: Logger
+    ) async throws -> (user: RegistrationUser, identity: VerifiedIdentity)? {
         func refused(_ reason: String) async {
             await audit.record(.registrationRefused, actor: .client, destination: destination.name, detail: ["identity": reason])
             metrics.increment(.registrations, [("action", "refused")])
@@ -167,7 +208,7 @@ struct RegistrationService: Sendable {
                 throw IdentityTokenError(
                     .missingClaim, "the identity token has no string '\(claim.prefix(200))' claim, which this destination compares sign-ins with")
             }
-            return RegistrationUser(issuer: identity.issuer, subject: identity.subject, verified: true, match: match)
+            return (RegistrationUser(issuer: identity.issuer, subject: identity.subject, verified: true, match: match), identity)
         } catch {
             await refused(error.check.rawValue)
             throw error

@@ -8,6 +8,7 @@ enum SealBinding {
     static func appcid(_ id: UUID) -> String { "registrations.appcid:\(id.uuidString.lowercased())" }
     static func credentials(_ id: UUID) -> String { "registrations.credentials:\(id.uuidString.lowercased())" }
     static func clientCertificate(_ id: UUID) -> String { "registrations.client_certificate:\(id.uuidString.lowercased())" }
+    static func identityToken(_ id: UUID) -> String { "registrations.identity_token:\(id.uuidString.lowercased())" }
     static func cookie(_ registrationID: String, _ domain: String, _ path: String, _ name: String) -> String {
         "cookies:\(registrationID)|\(domain)|\(path)|\(name)"
     }
@@ -30,6 +31,10 @@ struct Secrets: Sendable {
         keyRing.seal(Array(try JSONEncoder().encode(certificate)), associatedData: SealBinding.clientCertificate(id))
     }
 
+    func seal(identity: PropagatedIdentity, id: UUID) throws -> [UInt8] {
+        keyRing.seal(Array(try JSONEncoder().encode(identity)), associatedData: SealBinding.identityToken(id))
+    }
+
     func seal(appcid: String, id: UUID) -> [UInt8] {
         keyRing.seal(appcid, associatedData: SealBinding.appcid(id))
     }
@@ -48,8 +53,12 @@ struct Secrets: Sendable {
             try decoder.decode(
                 ClientCertificateMaterial.self, from: Data(try keyRing.open($0, associatedData: SealBinding.clientCertificate(r.id))))
         }
+        let identity = try r.identityTokenSealed.map {
+            try decoder.decode(PropagatedIdentity.self, from: Data(try keyRing.open($0, associatedData: SealBinding.identityToken(r.id))))
+        }
         return RegistrationMaterial(
-            registrationID: r.idString, appcid: try appcid(of: r), credentials: credentials, clientCertificate: certificate)
+            registrationID: r.idString, appcid: try appcid(of: r), credentials: credentials, clientCertificate: certificate,
+            identity: identity)
     }
 
     func seal(flowSecret: String, flowID: String) -> [UInt8] { keyRing.seal(flowSecret, associatedData: SealBinding.flowSecret(flowID)) }

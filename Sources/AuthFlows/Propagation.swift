@@ -1,0 +1,195 @@
+public import Conversation
+public import Foundation
+import JWTKit
+import ParleyEncoding
+
+/// The verified user a registration's propagation grants speak for: the identity token the
+/// client proved it with (kept sealed while a destination needs it, never logged, never sent
+/// anywhere but to the destination's authorization server), when it expires, and its claims.
+public struct PropagatedIdentity: Sendable, Codable, Equatable {
+    public var token: String
+    public var expiresAt: Date?
+    public var issuer: String
+    public var subject: String
+    /// The token's string claims (what a destination's `subjectClaim` picks from).
+    public var claims: [String: String]
+
+    public init(token: String, expiresAt: Date?, issuer: String, subject: String, claims: [String: String]) {
+        self.token = token
+        self.expiresAt = expiresAt
+        self.issuer = issuer
+        self.subject = subject
+        self.claims = claims
+    }
+
+    public init(token: String, verified: VerifiedIdentity) {
+        self.init(
+            token: token, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims)
+    }
+
+    /// Whether Parley may still speak for the user: the token has not expired.
+    public func isCurrent(at now: Date) -> Bool { expiresAt.map { $0 > now } ?? true }
+}
+
+/// Parley's own signing keys (`PARLEY_SIGNING_KEYS`: `kid:<path to PEM private key>[,…]`): RSA
+/// (2048 bits or more, RS256) or EC P-256 (ES256). The first signs; every key is published, so
+/// that an authorization server keeps trusting assertions signed before a rotation.
+public final class ParleySigningKeys: Sendable {
+    public enum Algorithm: String, Sendable { case rs256 = "RS256", es256 = "ES256" }
+
+    public struct Entry: Sendable {
+        public let kid: String
+        public let algorithm: Algorithm
+        /// The public key as a JWK object (`kty`, `use`, `alg`, `kid`, and `n`/`e` or `crv`/`x`/`y`).
+        public let jwk: [String: String]
+        fileprivate let key: Key
+    }
+
+    fileprivate enum Key: Sendable {
+        case rsa(Insecure.RSA.PrivateKey)
+        case es256(ES256PrivateKey)
+    }
+
+    public struct Problem: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// A PEM larger than this is not one private key.
+    public static let maxPEMBytes = 64 * 1024
+
+    public let entries: [Entry]
+
+    private init(entries: [Entry]) { self.entries = entries }
+
+    /// The kid that signs.
+    public var signingKid: String { entries.first?.kid ?? "" }
+
+    /// Reads `kid:path[,kid:path…]`; `read` returns a file's bytes (nil when it cannot be read).
+    /// Problems name the kid and the path, never key material.
+    public static func parse(_ text: String, read: (String) -> [UInt8]?) throws(Problem) -> ParleySigningKeys {
+        var entries: [Entry] = []
+        for item in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !item.isEmpty {
+            guard let colon = item.firstIndex(of: ":") else { throw Problem(description: "'\(item.prefix(80))' is not kid:<path>") }
+            let kid = String(item[..<colon])
+            let path = String(item[item.index(after: colon)...])
+            guard !kid.isEmpty, kid.utf8.count <= 64, kid.utf8.allSatisfy({ isKidByte($0) }) else {
+                throw Problem(description: "key id '\(kid.prefix(64))' must be 1 to 64 letters, digits, '.', '_' or '-'")
+            }
+            guard !entries.contains(where: { $0.kid == kid }) else { throw Problem(description: "key id '\(kid)' is listed twice") }
+            guard let bytes = read(path), bytes.count <= maxPEMBytes else {
+                throw Problem(description: "key '\(kid)': \(path.prefix(300)) cannot be read (or is larger than 64 KiB)")
+            }
+            let pem = String(decoding: bytes, as: UTF8.self)
+            if let rsa = try? Insecure.RSA.PrivateKey(pem: pem) {
+                guard let primitives = try? rsa.publicKey.getKeyPrimitives() else {
+                    throw Problem(description: "key '\(kid)': the RSA public key cannot be read")
+                }
+                entries.append(Entry(kid: kid, algorithm: .rs256, jwk: [
+                    "kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid,
+                    "n": Base64URL.encode(Array(primitives.modulus)), "e": Base64URL.encode(Array(primitives.publicExponent)),
+                ], key: .rsa(rsa)))
+            } else if let ec = try? ES256PrivateKey(pem: pem), let point = ec.publicKey.parameters {
+                entries.append(Entry(kid: kid, algorithm: .es256, jwk: [
+                    "kty": "EC", "use": "sig", "alg": "ES256", "kid": kid, "crv": "P-256", "x": point.x, "y": point.y,
+                ], key: .es256(ec)))
+            } else {
+                throw Problem(description: "key '\(kid)': \(path.prefix(300)) is not a PEM private key of RSA (2048 bits or more) or EC P-256")
+            }
+        }
+        guard !entries.isEmpty else { throw Problem(description: "no key is listed (kid:<path to PEM private key>[,…])") }
+        return ParleySigningKeys(entries: entries)
+    }
+
+    /// The public keys as a JWK Set (RFC 7517), JSON with sorted keys.
+    public var jwks: [UInt8] {
+        let document = ["keys": entries.map(\.jwk)]
+        return (try? Array(JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .withoutEscapingSlashes]))) ?? Array(#"{"keys":[]}"#.utf8)
+    }
+
+    /// A JWT bearer assertion (RFC 7523 §3) Parley signs for a user with its first key.
+    public func assertion(issuer: String, subject: String, audience: String, now: Date, lifetime: TimeInterval = 300) async throws -> String {
+        let claims = AssertionClaims(
+            iss: IssuerClaim(value: issuer), sub: SubjectClaim(value: subject), aud: AudienceClaim(value: [audience]),
+            iat: IssuedAtClaim(value: now), nbf: NotBeforeClaim(value: now), exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)),
+            jti: IDClaim(value: UUID().uuidString.lowercased()))
+        guard let signing = entries.first else { throw Problem(description: "no signing key") }
+        let keys = JWTKeyCollection()
+        let kid = JWKIdentifier(string: signing.kid)
+        switch signing.key {
+        case .rsa(let key): await keys.add(rsa: key, digestAlgorithm: .sha256, kid: kid)
+        case .es256(let key): await keys.add(ecdsa: key, kid: kid)
+        }
+        var header = JWTHeader()
+        header.typ = "JWT"
+        return try await keys.sign(claims, kid: kid, header: header)
+    }
+
+    private static func isKidByte(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"):
+            true
+        default: false
+        }
+    }
+
+    struct AssertionClaims: JWTPayload {
+        let iss: IssuerClaim
+        let sub: SubjectClaim
+        let aud: AudienceClaim
+        let iat: IssuedAtClaim
+        let nbf: NotBeforeClaim
+        let exp: ExpirationClaim
+        let jti: IDClaim
+
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+}
+
+/// What a propagation grant sends to the token endpoint for a user.
+enum PropagationGrant {
+    /// The form parameters of the grant, or why the user cannot be spoken for now.
+    static func parameters(
+        _ propagation: OAuth2Settings.Propagation, grant: OAuth2Settings.Grant, identity: PropagatedIdentity?,
+        signer: ParleySigningKeys?, issuer: String, scopes: [String], now: Date
+    ) async throws -> [(String, String)] {
+        guard let identity else {
+            throw OAuth2Error(.identityTokenExpired, detail: "this registration holds no identity token; renew it with PUT /v1/registrations/me/identity")
+        }
+        guard identity.isCurrent(at: now) else {
+            throw OAuth2Error(
+                .identityTokenExpired,
+                detail: "the registration's identity token has expired; renew it with PUT /v1/registrations/me/identity and try again")
+        }
+        var parameters: [(String, String)]
+        switch grant {
+        case .tokenExchange:
+            parameters = [
+                ("grant_type", OAuth2Settings.Propagation.tokenExchangeGrantType), ("subject_token", identity.token),
+                ("subject_token_type", propagation.subjectTokenType),
+            ]
+            if let audience = propagation.audience { parameters.append(("audience", audience)) }
+            if let resource = propagation.resource { parameters.append(("resource", resource)) }
+        case .jwtBearer:
+            let assertion: String
+            switch propagation.assertion {
+            case .identityToken:
+                assertion = identity.token
+            case .parley:
+                guard let signer else {
+                    throw OAuth2Error(.refused, detail: "Parley has no signing key (PARLEY_SIGNING_KEYS) for its assertion")
+                }
+                guard let subject = identity.claims[propagation.subjectClaim], !subject.isEmpty else {
+                    throw OAuth2Error(
+                        .refused, detail: "the identity token has no string '\(propagation.subjectClaim.prefix(200))' claim for the assertion's subject")
+                }
+                assertion = try await signer.assertion(issuer: issuer, subject: subject, audience: propagation.assertionAudience, now: now)
+            }
+            parameters = [("grant_type", OAuth2Settings.Propagation.jwtBearerGrantType), ("assertion", assertion)]
+        default:
+            throw OAuth2Error(.refused, detail: "\(grant.rawValue) is not a propagation grant")
+        }
+        if !scopes.isEmpty { parameters.append(("scope", scopes.joined(separator: " "))) }
+        return parameters
+    }
+}

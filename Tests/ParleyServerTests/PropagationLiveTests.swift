@@ -1,0 +1,167 @@
+import Foundation
+import ParleyTesting
+import Store
+import Testing
+import UpstreamSimulator
+
+/// Principal propagation end to end: the real `parley` binary, PostgreSQL, and the simulator's
+/// authorization server checking RFC 8693 token exchanges and RFC 7523 JWT bearer assertions
+/// (signed by the demo identity provider, or by Parley's own keys once the server trusts
+/// Parley's published JWK Set). A verified registration reaches the upstream through each grant
+/// with no browser at all; the negatives are refused where a real server refuses them.
+@Suite(.serialized) struct PropagationLiveTests {
+    static let keys = "k1:" + Data(repeating: 7, count: 32).base64EncodedString()
+
+    static func destinationsFile(_ sim: String) throws -> String {
+        let client = """
+                  tokenEndpoint: \(sim)/oauth/token
+                  clientId: parley-confidential
+                  clientSecret: s3cret
+            """
+        return try ScratchFile.write(
+            """
+            identityProviders:
+              - issuer: \(sim)
+                jwksUri: \(sim)/idp/jwks
+                audiences: [parley]
+            destinations:
+              - name: exchange
+                url: \(sim)
+                registration: { identity: required }
+                oauth2:
+                  grant: token_exchange
+                  audience: https://backend.example
+                  subjectTokenType: id_token
+            \(client)
+              - name: bearer-id
+                url: \(sim)
+                registration: { identity: required }
+                oauth2:
+                  grant: jwt_bearer
+                  assertion: identity_token
+            \(client)
+              - name: bearer-parley
+                url: \(sim)
+                registration: { identity: required }
+                oauth2:
+                  grant: jwt_bearer
+                  assertion: parley
+                  subjectClaim: email
+            \(client)
+            """, suffix: ".yaml")
+    }
+
+    static func register(_ parley: ParleyProcess, _ destination: String, _ identityToken: String) async throws -> String {
+        let created = try await RawHTTP.request(
+            port: parley.port, method: "POST", target: "/v1/registrations", headers: [("Content-Type", "application/json")],
+            body: Array(try JSONSerialization.data(withJSONObject: ["destination": destination, "identityToken": identityToken])))
+        guard created.status == 201, let token = created.json?["clientToken"] as? String else {
+            throw RawHTTPError(description: "registration with \(destination) answered \(created.status): \(created.text)")
+        }
+        return token
+    }
+
+    static func call(_ parley: ParleyProcess, _ clientToken: String) async throws -> RawHTTPResponse {
+        try await RawHTTP.request(
+            port: parley.port, method: "GET", target: "/v1/proxy/oauth-api/orders", headers: [("Authorization", "Bearer \(clientToken)")])
+    }
+
+    static func renew(_ parley: ParleyProcess, _ clientToken: String, _ identityToken: String) async throws -> RawHTTPResponse {
+        try await RawHTTP.request(
+            port: parley.port, method: "PUT", target: "/v1/registrations/me/identity",
+            headers: [("Authorization", "Bearer \(clientToken)"), ("Content-Type", "application/json")],
+            body: Array(try JSONSerialization.data(withJSONObject: ["identityToken": identityToken])))
+    }
+
+    @Test func aVerifiedUserReachesTheUpstreamThroughEachGrantWithoutABrowser() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        let signing = try TestSigningKeys.generate()
+        defer { signing.remove() }
+        try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
+            let sim = "http://127.0.0.1:\(simulatorPort)"
+            let parley = try await ParleyProcess.start(environment: [
+                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": try Self.destinationsFile(sim),
+                "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath),s2:\(signing.ecKeyPath)", "PARLEY_LOG_LEVEL": "debug",
+                "PARLEY_RATE_LIMIT_REGISTRATIONS": "off",
+            ])
+            defer { Task { await parley.stop() } }
+            let now = Int(Date().timeIntervalSince1970)
+            var minted: [String] = []
+            func mint(_ claims: [String: Any]) async throws -> String {
+                let token = try await IdentityTokenLiveTests.mint(simulatorPort, claims)
+                minted.append(token)
+                return token
+            }
+
+            // RFC 8693: the identity token is the subject token; the audience reaches the server.
+            let exchange = try await Self.register(parley, "exchange", try await mint(["sub": "alice-1", "aud": "parley"]))
+            let exchanged = try await Self.call(parley, exchange)
+            #expect(exchanged.status == 200, "\(exchanged.text)")
+            #expect(exchanged.json?["sub"] as? String == "alice-1")
+            #expect(exchanged.json?["grant"] as? String == "token_exchange")
+            #expect(exchanged.json?["aud"] as? String == "https://backend.example")
+            // A token the server no longer accepts is exchanged again, with no person involved.
+            _ = try await RawHTTP.request(port: simulatorPort, method: "POST", target: "/sim/oauth/expire-access-tokens")
+            #expect(try await Self.call(parley, exchange).status == 200)
+            #expect(simulator.oauth.tokenCallsByGrant["urn:ietf:params:oauth:grant-type:token-exchange"] == 2)
+
+            // RFC 7523 with the identity token as the assertion: the provider issued it for this
+            // server too (its aud names the token endpoint), as a real server requires.
+            let forBoth = try await mint(["sub": "alice-1", "aud": ["parley", sim + "/oauth/token"]])
+            let bearerID = try await Self.register(parley, "bearer-id", forBoth)
+            let viaID = try await Self.call(parley, bearerID)
+            #expect(viaID.status == 200 && viaID.json?["grant"] as? String == "jwt_bearer", "\(viaID.text)")
+            #expect(viaID.json?["sub"] as? String == "alice-1")
+            // An assertion for another audience: the server refuses it, and so does Parley's answer.
+            let otherAudience = try await Self.register(parley, "bearer-id", try await mint(["sub": "alice-1", "aud": "parley"]))
+            let refused = try await Self.call(parley, otherAudience)
+            #expect(refused.status == 403 && refused.json?["code"] as? String == "upstream_unauthorized", "\(refused.text)")
+
+            // RFC 7523 with Parley's own assertion: refused until the server trusts Parley's keys,
+            // which Parley publishes (both; the first signs).
+            let bearerParley = try await Self.register(
+                parley, "bearer-parley", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com"]))
+            #expect(try await Self.call(parley, bearerParley).status == 403)
+            let jwks = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/jwks.json")
+            #expect(jwks.status == 200 && jwks.header("Content-Type") == "application/jwk-set+json")
+            let kids = ((jwks.json?["keys"] as? [[String: Any]]) ?? []).compactMap { $0["kid"] as? String }
+            #expect(kids == ["s1", "s2"])
+            #expect(!jwks.text.contains("\"d\""), "a private key member was published")
+            let trusted = try await RawHTTP.request(port: simulatorPort, method: "POST", target: "/sim/oauth/trust-jwks", body: jwks.body)
+            #expect(trusted.status == 200)
+            let viaParley = try await Self.call(parley, bearerParley)
+            #expect(viaParley.status == 200 && viaParley.json?["grant"] as? String == "jwt_bearer", "\(viaParley.text)")
+            #expect(viaParley.json?["sub"] as? String == "alice@example.com", "the assertion's sub is the subjectClaim")
+
+            // An identity token past its expiry (within the 60 s skew registration allows): no
+            // exchange is attempted; the client is told to renew it, and after renewal it works.
+            let calls = simulator.oauth.tokenCalls
+            let stale = try await Self.register(parley, "exchange", try await mint(["sub": "bob", "aud": "parley", "exp": now - 20]))
+            let expired = try await Self.call(parley, stale)
+            #expect(expired.status == 401 && expired.json?["code"] as? String == "invalid_identity_token", "\(expired.text)")
+            #expect((expired.json?["detail"] as? String)?.contains("PUT /v1/registrations/me/identity") == true)
+            #expect(simulator.oauth.tokenCalls == calls, "an expired identity token was sent to the authorization server")
+            let another = try await Self.renew(parley, stale, try await mint(["sub": "mallory", "aud": "parley"]))
+            #expect(another.status == 403 && another.json?["code"] as? String == "forbidden", "\(another.text)")
+            let garbage = try await Self.renew(parley, stale, "not.a.token")
+            #expect(garbage.status == 401 && garbage.json?["code"] as? String == "invalid_identity_token")
+            let renewed = try await Self.renew(parley, stale, try await mint(["sub": "bob", "aud": "parley"]))
+            #expect(renewed.status == 200 && (renewed.json?["user"] as? [String: Any])?["subject"] as? String == "bob", "\(renewed.text)")
+            let afterRenewal = try await Self.call(parley, stale)
+            #expect(afterRenewal.status == 200 && afterRenewal.json?["sub"] as? String == "bob", "\(afterRenewal.text)")
+
+            // The identity token is sealed at rest and never logged.
+            let stored = try await withPostgresStore(StoreConfiguration(connectionString: database, maxConnections: 1)) { store in
+                try await store.query("SELECT identity_token_sealed FROM registrations WHERE identity_token_sealed IS NOT NULL")
+                    .map { String(decoding: try $0.bytes("identity_token_sealed"), as: UTF8.self) }
+            }
+            #expect(stored.count == 5)
+            for token in minted {
+                #expect(!stored.contains { $0.contains(token.prefix(40)) }, "an identity token is stored in the clear")
+                #expect(!parley.log.contains(token), "an identity token was logged")
+            }
+            await parley.stop()
+        }
+    }
+}
