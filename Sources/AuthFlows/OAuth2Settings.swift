@@ -215,7 +215,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         if let audience = o.assertionAudience, audience.isEmpty || audience.utf8.count > 2000 {
             problems.append(prefix + "assertionAudience must be 1 to 2000 bytes")
         }
-        if assertion != .parley, o.assertionAudience != nil || o.subjectClaim != nil {
+        if grant == .jwtBearer, assertion == .identityToken, o.assertionAudience != nil || o.subjectClaim != nil {
             problems.append(prefix + "assertionAudience and subjectClaim shape Parley's own assertion (assertion: parley)")
         }
         if let claim = o.subjectClaim, claim.isEmpty || claim.utf8.count > 200 {

@@ -173,6 +173,57 @@ public enum EmbeddedOpenAPI {
                 }
               }
             },
+            "/.well-known/jwks.json": {
+              "get": {
+                "tags": [
+                  "operations"
+                ],
+                "operationId": "signingKeys",
+                "summary": "Parley's public signing keys",
+                "description": "The public half of every key in `PARLEY_SIGNING_KEYS` as a JWK Set (RFC 7517): the keys Parley signs the assertions of `jwt_bearer` grants (`assertion: parley`) with. The first key signs; all are published, so an authorization server that trusts this set keeps accepting assertions across a rotation. `404` when Parley has no signing keys.",
+                "security": [],
+                "responses": {
+                  "200": {
+                    "description": "The JWK Set.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/jwk-set+json": {
+                        "schema": {
+                          "type": "object",
+                          "required": [
+                            "keys"
+                          ],
+                          "properties": {
+                            "keys": {
+                              "type": "array",
+                              "items": {
+                                "type": "object",
+                                "required": [
+                                  "kty",
+                                  "kid",
+                                  "alg",
+                                  "use"
+                                ]
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
+                  },
+                  "404": {
+                    "$ref": "#/components/responses/NotFound"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  }
+                }
+              }
+            },
             "/v1/registrations": {
               "post": {
                 "tags": [
@@ -410,6 +461,138 @@ public enum EmbeddedOpenAPI {
                   },
                   "401": {
                     "$ref": "#/components/responses/InvalidClientToken"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  },
+                  "500": {
+                    "$ref": "#/components/responses/InternalError"
+                  },
+                  "503": {
+                    "$ref": "#/components/responses/StoreUnavailable"
+                  }
+                }
+              }
+            },
+            "/v1/registrations/me/identity": {
+              "put": {
+                "tags": [
+                  "thin-client"
+                ],
+                "operationId": "renewIdentityToken",
+                "summary": "Renew the registration's identity token",
+                "description": "Takes a fresh identity token of the registration's verified user, checked like the one it registered with. A destination whose propagation grant (`token_exchange`, `jwt_bearer`) speaks for the user keeps it sealed and uses it for the next exchange; once the kept one has expired, a call that needs an exchange answers `401 invalid_identity_token` until this renews it. A token of another user, or a registration whose user was not verified by an identity token, is `403 forbidden`.",
+                "security": [
+                  {
+                    "clientToken": []
+                  }
+                ],
+                "requestBody": {
+                  "required": true,
+                  "content": {
+                    "application/json": {
+                      "schema": {
+                        "type": "object",
+                        "required": [
+                          "identityToken"
+                        ],
+                        "properties": {
+                          "identityToken": {
+                            "type": "string",
+                            "description": "A JWT from a listed identity provider naming the registration's user."
+                          }
+                        }
+                      }
+                    }
+                  }
+                },
+                "responses": {
+                  "200": {
+                    "description": "The registration, without `clientToken`.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/json": {
+                        "schema": {
+                          "$ref": "#/components/schemas/Registration"
+                        }
+                      }
+                    }
+                  },
+                  "400": {
+                    "$ref": "#/components/responses/BadRequest"
+                  },
+                  "401": {
+                    "description": "`invalid_client_token` (with `WWW-Authenticate: Bearer`), or `invalid_identity_token`: the identity token does not verify (signature, issuer, audience, time).",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      },
+                      "WWW-Authenticate": {
+                        "$ref": "#/components/headers/WWWAuthenticate"
+                      }
+                    },
+                    "content": {
+                      "application/problem+json": {
+                        "schema": {
+                          "allOf": [
+                            {
+                              "$ref": "#/components/schemas/Problem"
+                            },
+                            {
+                              "properties": {
+                                "status": {
+                                  "const": 401
+                                },
+                                "code": {
+                                  "enum": [
+                                    "invalid_client_token",
+                                    "invalid_identity_token"
+                                  ]
+                                }
+                              }
+                            }
+                          ]
+                        }
+                      }
+                    }
+                  },
+                  "403": {
+                    "description": "`forbidden`: the token names another user, or the registration's user was not verified by an identity token.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/problem+json": {
+                        "schema": {
+                          "allOf": [
+                            {
+                              "$ref": "#/components/schemas/Problem"
+                            },
+                            {
+                              "properties": {
+                                "status": {
+                                  "const": 403
+                                },
+                                "code": {
+                                  "enum": [
+                                    "forbidden"
+                                  ]
+                                }
+                              }
+                            }
+                          ]
+                        }
+                      }
+                    }
+                  },
+                  "413": {
+                    "$ref": "#/components/responses/PayloadTooLarge"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -5408,7 +5591,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "ProxyUnauthorized": {
-                "description": "`invalid_client_token` (with `WWW-Authenticate: Bearer`), `interaction_required` (with `Parley-Flow`; the body carries the `flow`), or the upstream's own `401`.",
+                "description": "`invalid_client_token` (with `WWW-Authenticate: Bearer`), `interaction_required` (with `Parley-Flow`; the body carries the `flow`), `invalid_identity_token` (a propagation grant needs the registration's identity token, which has expired: renew it with `PUT /v1/registrations/me/identity`), or the upstream's own `401`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
@@ -5453,6 +5636,25 @@ public enum EmbeddedOpenAPI {
                         },
                         {
                           "$ref": "#/components/schemas/InteractionRequiredProblem"
+                        },
+                        {
+                          "allOf": [
+                            {
+                              "$ref": "#/components/schemas/Problem"
+                            },
+                            {
+                              "properties": {
+                                "status": {
+                                  "const": 401
+                                },
+                                "code": {
+                                  "enum": [
+                                    "invalid_identity_token"
+                                  ]
+                                }
+                              }
+                            }
+                          ]
                         }
                       ]
                     }
@@ -5463,7 +5665,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "ProxyForbidden": {
-                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials` or `password` grant; `forbidden`: the registration still waits for an administrator's approval; or the upstream's own `403`.",
+                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials`, `password`, `token_exchange` or `jwt_bearer` grant; `forbidden`: the registration still waits for an administrator's approval; or the upstream's own `403`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
