@@ -283,6 +283,11 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var assertion: String?
         public var assertionAudience: String?
         public var subjectClaim: String?
+        /// `saml2_bearer`: the assertion's `Audience` (the authorization server's entity id), its
+        /// `NameID` format, and the identity token's claim that becomes the `NameID`.
+        public var samlAudience: String?
+        public var nameIdFormat: String?
+        public var nameIdClaim: String?
 
         public struct Challenge: Sendable, Decodable, Equatable {
             public var statuses: [Int]?

@@ -173,7 +173,7 @@ public final class OAuth2Broker: Sendable {
             }
             parameters = [("grant_type", "password"), ("username", credentials.username), ("password", credentials.password)]
             if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
-        case .tokenExchange, .jwtBearer:
+        case .tokenExchange, .jwtBearer, .saml2Bearer:
             guard let propagation = settings.propagation else {
                 throw OAuth2Error(.refused, detail: "the \(settings.grant.rawValue) grant has no propagation settings")
             }

@@ -9,6 +9,8 @@ public struct OAuth2Settings: Sendable, Equatable {
         case authorizationCode = "authorization_code", clientCredentials = "client_credentials", password
         /// Propagation: RFC 8693 token exchange and RFC 7523 JWT bearer, for a verified user.
         case tokenExchange = "token_exchange", jwtBearer = "jwt_bearer"
+        /// Propagation: RFC 7522 SAML 2.0 bearer, an assertion Parley issues and signs.
+        case saml2Bearer = "saml2_bearer"
     }
 
     /// How a propagation grant turns the registration's verified user into a token.
@@ -31,6 +33,10 @@ public struct OAuth2Settings: Sendable, Equatable {
         public let assertionAudience: String
         /// The claim of the identity token that Parley's assertion names as `sub`.
         public let subjectClaim: String
+        /// `saml2_bearer`: the assertion's `Audience`, `NameID` format and the claim it names.
+        public let samlAudience: String
+        public let nameIdFormat: String
+        public let nameIdClaim: String
 
         /// The token types RFC 8693 names for a JWT a client may hold, by their short names.
         public static let subjectTokenTypes: [String: String] = [
@@ -40,6 +46,8 @@ public struct OAuth2Settings: Sendable, Equatable {
         ]
         public static let tokenExchangeGrantType = "urn:ietf:params:oauth:grant-type:token-exchange"
         public static let jwtBearerGrantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        public static let saml2BearerGrantType = "urn:ietf:params:oauth:grant-type:saml2-bearer"
+        public static let unspecifiedNameIDFormat = "urn:oasis:names:tc:SAML:1.1:nameid-format:unspecified"
     }
     public enum ClientAuthentication: String, Sendable { case basic = "client_secret_basic", post = "client_secret_post" }
 
@@ -123,7 +131,7 @@ public struct OAuth2Settings: Sendable, Equatable {
         let prefix = "destination '\(name)': oauth2."
         let grant = Grant(rawValue: o.grant ?? "authorization_code")
         if grant == nil {
-            problems.append(prefix + "grant must be authorization_code, client_credentials, password, token_exchange or jwt_bearer")
+            problems.append(prefix + "grant must be authorization_code, client_credentials, password, token_exchange, jwt_bearer or saml2_bearer")
         }
         let auth = ClientAuthentication(rawValue: o.clientAuthentication ?? "client_secret_basic")
         if auth == nil { problems.append(prefix + "clientAuthentication must be client_secret_basic or client_secret_post") }
@@ -195,7 +203,22 @@ public struct OAuth2Settings: Sendable, Equatable {
         for (name, value) in bearerOnly where value != nil && grant != .jwtBearer {
             problems.append(prefix + "\(name) is read by the jwt_bearer grant only")
         }
-        guard let grant, grant == .tokenExchange || grant == .jwtBearer else { return nil }
+        let samlOnly: [(String, String?)] = [("samlAudience", o.samlAudience), ("nameIdFormat", o.nameIdFormat), ("nameIdClaim", o.nameIdClaim)]
+        for (name, value) in samlOnly where value != nil && grant != .saml2Bearer {
+            problems.append(prefix + "\(name) is read by the saml2_bearer grant only")
+        }
+        guard let grant, grant == .tokenExchange || grant == .jwtBearer || grant == .saml2Bearer else { return nil }
+        if grant == .saml2Bearer {
+            if (o.samlAudience ?? "").isEmpty || (o.samlAudience?.utf8.count ?? 0) > 1024 {
+                problems.append(prefix + "saml2_bearer needs samlAudience (the authorization server's entity id, at most 1024 bytes)")
+            }
+            if let format = o.nameIdFormat, format.isEmpty || format.utf8.count > 1024 {
+                problems.append(prefix + "nameIdFormat must be 1 to 1024 bytes")
+            }
+            if let claim = o.nameIdClaim, claim.isEmpty || claim.utf8.count > 200 {
+                problems.append(prefix + "nameIdClaim must be a claim name of 1 to 200 bytes")
+            }
+        }
         if let audience = o.audience, audience.isEmpty || audience.utf8.count > 2000 {
             problems.append(prefix + "audience must be 1 to 2000 bytes")
         }
@@ -223,7 +246,9 @@ public struct OAuth2Settings: Sendable, Equatable {
         }
         return Propagation(
             audience: o.audience, resource: o.resource, subjectTokenType: tokenType, assertion: assertion ?? .identityToken,
-            assertionAudience: o.assertionAudience ?? o.tokenEndpoint ?? "", subjectClaim: o.subjectClaim ?? "sub")
+            assertionAudience: o.assertionAudience ?? o.tokenEndpoint ?? "", subjectClaim: o.subjectClaim ?? "sub",
+            samlAudience: o.samlAudience ?? "", nameIdFormat: o.nameIdFormat ?? Propagation.unspecifiedNameIDFormat,
+            nameIdClaim: o.nameIdClaim ?? "sub")
     }
 
     /// The storage URL for a request URL (seed: `transformRequestURLToStorageURL`):

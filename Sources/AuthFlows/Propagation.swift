@@ -1,7 +1,9 @@
 public import Conversation
 public import Foundation
 import JWTKit
+import ParleyCrypto
 import ParleyEncoding
+import SAMLIdentity
 
 /// The verified user a registration's propagation grants speak for: the identity token the
 /// client proved it with (kept sealed while a destination needs it, never logged, never sent
@@ -42,7 +44,11 @@ public final class ParleySigningKeys: Sendable {
         public let algorithm: Algorithm
         /// The public key as a JWK object (`kty`, `use`, `alg`, `kid`, and `n`/`e` or `crv`/`x`/`y`).
         public let jwk: [String: String]
+        /// The certificate the key file holds beside the key (base64 DER), for SAML metadata; nil without one.
+        public let certificateDER: String?
         fileprivate let key: Key
+        /// The key file as read, for libxmlsec1 (SAML assertions); never logged or shown.
+        fileprivate let pem: [UInt8]
     }
 
     fileprivate enum Key: Sendable {
@@ -79,25 +85,80 @@ public final class ParleySigningKeys: Sendable {
             guard let bytes = read(path), bytes.count <= maxPEMBytes else {
                 throw Problem(description: "key '\(kid)': \(path.prefix(300)) cannot be read (or is larger than 64 KiB)")
             }
-            let pem = String(decoding: bytes, as: UTF8.self)
+            let text = String(decoding: bytes, as: UTF8.self)
+            let certificate = try certificateBlock(in: text, kid: kid)
+            // The key parsers read the key's own block only.
+            let pem = certificate.map { text.replacingOccurrences(of: $0.pem, with: "") } ?? text
             if let rsa = try? Insecure.RSA.PrivateKey(pem: pem) {
+                if let certificate, (try? Insecure.RSA.PublicKey(certificatePEM: certificate.pem)) != rsa.publicKey {
+                    throw Problem(description: "key '\(kid)': the certificate in \(path.prefix(300)) is not the key's")
+                }
                 guard let primitives = try? rsa.publicKey.getKeyPrimitives() else {
                     throw Problem(description: "key '\(kid)': the RSA public key cannot be read")
                 }
                 entries.append(Entry(kid: kid, algorithm: .rs256, jwk: [
                     "kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid,
                     "n": Base64URL.encode(Array(primitives.modulus)), "e": Base64URL.encode(Array(primitives.publicExponent)),
-                ], key: .rsa(rsa)))
+                ], certificateDER: certificate?.der, key: .rsa(rsa), pem: bytes))
             } else if let ec = try? ES256PrivateKey(pem: pem), let point = ec.publicKey.parameters {
+                if let certificate, (try? ES256PublicKey(certificate: certificate.pem)) != ec.publicKey {
+                    throw Problem(description: "key '\(kid)': the certificate in \(path.prefix(300)) is not the key's")
+                }
                 entries.append(Entry(kid: kid, algorithm: .es256, jwk: [
                     "kty": "EC", "use": "sig", "alg": "ES256", "kid": kid, "crv": "P-256", "x": point.x, "y": point.y,
-                ], key: .es256(ec)))
+                ], certificateDER: certificate?.der, key: .es256(ec), pem: bytes))
             } else {
                 throw Problem(description: "key '\(kid)': \(path.prefix(300)) is not a PEM private key of RSA (2048 bits or more) or EC P-256")
             }
         }
         guard !entries.isEmpty else { throw Problem(description: "no key is listed (kid:<path to PEM private key>[,…])") }
         return ParleySigningKeys(entries: entries)
+    }
+
+    /// The one certificate a key file may hold beside its key: its PEM and its base64 DER.
+    private static func certificateBlock(in pem: String, kid: String) throws(Problem) -> (pem: String, der: String)? {
+        let begin = "-----BEGIN CERTIFICATE-----", end = "-----END CERTIFICATE-----"
+        guard let start = pem.range(of: begin) else { return nil }
+        guard let stop = pem.range(of: end, range: start.upperBound..<pem.endIndex),
+            pem.range(of: begin, range: stop.upperBound..<pem.endIndex) == nil
+        else { throw Problem(description: "key '\(kid)': the file must hold at most one whole certificate") }
+        let block = String(pem[start.lowerBound..<stop.upperBound])
+        do { try SigningCertificate.check(pem: block) } catch {
+            throw Problem(description: "key '\(kid)': the certificate beside the key \(error)")
+        }
+        let der = pem[start.upperBound..<stop.lowerBound].filter { !$0.isWhitespace }
+        return (block, String(der))
+    }
+
+    /// The entity id of Parley's SAML metadata and assertions (`PARLEY_PUBLIC_URL`) and the
+    /// certificates of the ring, as SAML 2.0 metadata; nil when no key has a certificate.
+    public func samlMetadata(entityID: String) -> String? {
+        let certificates = entries.compactMap(\.certificateDER)
+        guard !certificates.isEmpty else { return nil }
+        let descriptors = certificates.map { der in
+            """
+                <md:KeyDescriptor use="signing"><ds:KeyInfo><ds:X509Data><ds:X509Certificate>\(der)</ds:X509Certificate></ds:X509Data></ds:KeyInfo></md:KeyDescriptor>
+            """
+        }.joined(separator: "\n")
+        return """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" xmlns:ds="http://www.w3.org/2000/09/xmldsig#" entityID="\(SAMLAssertionSigner.escaped(entityID))">
+              <md:IDPSSODescriptor protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">
+            \(descriptors)
+              </md:IDPSSODescriptor>
+            </md:EntityDescriptor>
+
+            """
+    }
+
+    /// A SAML 2.0 assertion (RFC 7522) Parley signs for a user with its first key that has a
+    /// certificate (the one its metadata publishes), as UTF-8 XML.
+    func samlAssertion(_ fields: SAMLAssertionSigner.Fields) throws -> [UInt8] {
+        guard let signing = entries.first(where: { $0.certificateDER != nil }) else {
+            throw Problem(description: "no signing key has a certificate for SAML assertions")
+        }
+        let algorithm: SAMLAssertionSigner.Algorithm = signing.algorithm == .rs256 ? .rsaSHA256 : .ecdsaSHA256
+        return try SAMLAssertionSigner.sign(fields, privateKeyPEM: signing.pem, algorithm: algorithm)
     }
 
     /// The public keys as a JWK Set (RFC 7517), JSON with sorted keys.
@@ -170,6 +231,25 @@ enum PropagationGrant {
             ]
             if let audience = propagation.audience { parameters.append(("audience", audience)) }
             if let resource = propagation.resource { parameters.append(("resource", resource)) }
+        case .saml2Bearer:
+            guard let signer else {
+                throw OAuth2Error(.refused, detail: "Parley has no signing key (PARLEY_SIGNING_KEYS) for its SAML assertion")
+            }
+            guard let nameID = identity.claims[propagation.nameIdClaim], !nameID.isEmpty else {
+                throw OAuth2Error(
+                    .refused, detail: "the identity token has no string '\(propagation.nameIdClaim.prefix(200))' claim for the assertion's NameID")
+            }
+            // Recipient: the token endpoint (`assertionAudience` is its default and only `jwt_bearer` may change it).
+            let xml: [UInt8]
+            do {
+                xml = try signer.samlAssertion(
+                    SAMLAssertionSigner.Fields(
+                        issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
+                        recipient: propagation.assertionAudience, issuedAt: now))
+            } catch {
+                throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(error)")
+            }
+            parameters = [("grant_type", OAuth2Settings.Propagation.saml2BearerGrantType), ("assertion", Base64URL.encode(xml))]
         case .jwtBearer:
             let assertion: String
             switch propagation.assertion {

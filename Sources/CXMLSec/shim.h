@@ -165,4 +165,35 @@ static inline int c_parley_dsig_verify(xmlSecDSigCtxPtr ctx, xmlNodePtr signatur
         || (ctx->signMethod->id != xmlSecOpenSSLTransformRsaSha256Id && ctx->signMethod->id != xmlSecOpenSSLTransformEcdsaSha256Id)) return 2;
     return 0;
 }
+/* ---- signing (the assertions of saml2_bearer grants) ---- */
+
+/* A private key (and, when the PEM holds one, its certificate), or NULL. Freed with
+   xmlSecKeyDestroy, or adopted by a context. */
+static inline xmlSecKeyPtr c_parley_key_from_private_pem(const unsigned char *pem, size_t len) {
+    if (pem == NULL || len == 0 || len > 1024 * 1024) return NULL;
+    return xmlSecOpenSSLAppKeyLoadMemory(pem, (xmlSecSize)len, xmlSecKeyDataFormatPem, NULL, NULL, NULL);
+}
+
+/* Signs the <ds:Signature> template `signature` (SignedInfo with its algorithms, one
+   Reference, empty DigestValue and SignatureValue) with `key`, which is destroyed
+   here whatever happens. 0: signed; 1: it could not be. */
+static inline int c_parley_dsig_sign(xmlSecKeyPtr key, xmlNodePtr signature) {
+    c_parley_xml_quiet_thread();
+    xmlSecDSigCtxPtr ctx = xmlSecDSigCtxCreate(NULL);
+    if (ctx == NULL) { xmlSecKeyDestroy(key); return 1; }
+    ctx->signKey = key;
+    ctx->enabledReferenceUris = xmlSecTransformUriTypeSameDocument;
+    int failed = xmlSecDSigCtxSign(ctx, signature) < 0;
+    xmlSecDSigCtxDestroy(ctx);
+    return failed ? 1 : 0;
+}
+
+/* The document as UTF-8 text without the XML declaration's encoding change; *out is
+   freed with c_parley_xml_free. 0: written; 1: not. */
+static inline int c_parley_xml_dump(xmlDocPtr doc, xmlChar **out, int *len) {
+    *out = NULL;
+    *len = 0;
+    xmlDocDumpMemoryEnc(doc, out, len, "UTF-8");
+    return *out == NULL ? 1 : 0;
+}
 #endif

@@ -33,6 +33,18 @@ struct XMLDocument: ~Copyable {
 
     var root: XMLNode? { xmlDocGetRootElement(pointer) }
 
+    /// The document as UTF-8 XML; nil when libxml2 cannot write it.
+    func serialized() -> [UInt8]? {
+        var text: UnsafeMutablePointer<xmlChar>?
+        var length: Int32 = 0
+        guard c_parley_xml_dump(pointer, &text, &length) == 0, let text, length > 0 else {
+            c_parley_xml_free(text)
+            return nil
+        }
+        defer { c_parley_xml_free(text) }
+        return Array(UnsafeBufferPointer(start: text, count: Int(length)))
+    }
+
     /// Makes `attribute` (holding `value`) the one element `#value` names. False when the
     /// document already has an ID of that value (libxml2 registers `xml:id` by itself).
     func registerID(_ value: String, attribute: UnsafeMutablePointer<xmlAttr>) -> Bool {

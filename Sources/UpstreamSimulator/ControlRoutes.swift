@@ -20,6 +20,8 @@ private struct OTPCodeAnswer: Encodable {
 /// - `POST /sim/sessions/expire` — every `SMPSESSION`, `SP_SESSION`, `BO_SESSION` and the OAuth2
 ///   authorization server's `AS_SESSION` stops working.
 /// - `POST /sim/oauth/expire-access-tokens` — every access token issued so far is expired.
+/// - `POST /sim/oauth/trust-saml-metadata` with SAML metadata — the authorization server trusts
+///   its `X509Certificate`s for SAML bearer assertions (RFC 7522).
 /// - `POST /sim/oauth/trust-jwks` with a JWK Set — the authorization server also trusts its keys
 ///   for JWT bearer assertions (RFC 7523), as an administrator trusts Parley's `/.well-known/jwks.json`.
 /// - `POST /sim/oauth/revoke-refresh-tokens` — every refresh token issued so far is revoked.
@@ -54,6 +56,15 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
         }
         state.oauth.trustedAssertionKeys = bytes
         return SimHTTP.text("trusted")
+    }
+
+    router.post("/sim/oauth/trust-saml-metadata") { request, _ -> Response in
+        state.record("POST /sim/oauth/trust-saml-metadata")
+        let body = String(buffer: try await request.body.collect(upTo: 256 * 1024))
+        let certificates = samlMetadataCertificates(body)
+        guard !certificates.isEmpty else { return SimHTTP.text("expected SAML metadata with an X509Certificate", status: .badRequest) }
+        state.oauth.trustedSAMLCertificates = certificates
+        return SimHTTP.text("trusted \(certificates.count)")
     }
 
     router.post("/sim/oauth/expire-access-tokens") { _, _ -> Response in
@@ -142,5 +153,22 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
             return SimHTTP.text("user is required", status: .badRequest)
         }
         return SimHTTP.json(OTPCodeAnswer(code: state.otp.currentCode(user: user)))
+    }
+}
+
+/// Every `X509Certificate` in a metadata document, as PEM.
+func samlMetadataCertificates(_ xml: String) -> [String] {
+    guard let pattern = try? NSRegularExpression(pattern: "<(?:[A-Za-z0-9_]+:)?X509Certificate>([A-Za-z0-9+/=\\s]+)</") else { return [] }
+    let range = NSRange(xml.startIndex..., in: xml)
+    return pattern.matches(in: xml, range: range).compactMap { match in
+        guard let body = Range(match.range(at: 1), in: xml) else { return nil }
+        let der = xml[body].filter { !$0.isWhitespace }
+        var lines: [String] = []
+        var rest = Substring(der)
+        while !rest.isEmpty {
+            lines.append(String(rest.prefix(64)))
+            rest = rest.dropFirst(64)
+        }
+        return "-----BEGIN CERTIFICATE-----\n" + lines.joined(separator: "\n") + "\n-----END CERTIFICATE-----\n"
     }
 }

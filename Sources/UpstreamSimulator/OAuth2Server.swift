@@ -1,6 +1,8 @@
 import Foundation
 import Hummingbird
+import SAMLIdentity
 import ParleyCrypto
+import ParleyEncoding
 
 /// How long an authorization code can be redeemed.
 private let codeLifetime: Duration = .seconds(600)
@@ -378,7 +380,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         let outcome: Result<IssuedTokens, OAuthError> = parsed.flatMap { form in
             if let name = form.repeated.first { return .failure(OAuthError(.invalidRequest, "parameter \(name) is repeated")) }
             guard let grant = form["grant_type"] else { return .failure(OAuthError(.invalidRequest, "grant_type is missing")) }
-            guard ["authorization_code", "client_credentials", "password", "refresh_token", tokenExchangeGrant, jwtBearerGrant].contains(grant)
+            guard ["authorization_code", "client_credentials", "password", "refresh_token", tokenExchangeGrant, jwtBearerGrant, saml2BearerGrant].contains(grant)
             else {
                 return .failure(OAuthError(.unsupportedGrantType, "grant_type \(grant) is not supported"))
             }
@@ -412,6 +414,10 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                     let grant = OAuthGrant(
                         clientID: client.id, subject: username, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
                     return .success(oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now))
+                case saml2BearerGrant:
+                    return samlBearerGrant(form: form, client: client, configuration, state, oauth).map { grant in
+                        oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now)
+                    }
                 case tokenExchangeGrant, jwtBearerGrant:
                     return propagationGrant(grant, form: form, client: client, configuration, state, oauth).map { grant in
                         oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now)
@@ -520,6 +526,52 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
 
 let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
 let jwtBearerGrant = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+let saml2BearerGrant = "urn:ietf:params:oauth:grant-type:saml2-bearer"
+
+/// RFC 7522, as an authorization server checks it: `assertion` is base64url of one SAML 2.0
+/// `Assertion` whose XML signature verifies with a certificate trusted by
+/// `POST /sim/oauth/trust-saml-metadata` (read with Parley's own `SAMLIdentityReader`, the
+/// assertion placed in a successful `Response`), whose `Audience` is this server's issuer,
+/// whose bearer `SubjectConfirmationData` names the token endpoint as `Recipient` and has not
+/// expired. The token is the `NameID`'s.
+private func samlBearerGrant(
+    form: OAuthParameters, client: OAuthClient, _ configuration: SimulatorConfiguration, _ state: SimulatorState, _ oauth: OAuthState
+) -> Result<OAuthGrant, OAuthError> {
+    guard let encoded = form["assertion"] else { return .failure(OAuthError(.invalidRequest, "assertion is missing")) }
+    guard let bytes = Base64.decode(encoded), bytes.count <= 256 * 1024 else {
+        return .failure(OAuthError(.invalidGrant, "assertion is not base64url"))
+    }
+    var xml = String(decoding: bytes, as: UTF8.self)
+    if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
+    let wrapped = """
+        <samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_sim-wrap" Version="2.0" IssueInstant="2000-01-01T00:00:00Z">\
+        <samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>\(xml)</samlp:Response>
+        """
+    let identity: SAMLSignedInIdentity
+    switch SAMLIdentityReader.read(samlResponse: Base64.encode(Array(wrapped.utf8)), trusting: oauth.trustedSAMLCertificates) {
+    case .success(let read): identity = read
+    case .failure(let error): return .failure(OAuthError(.invalidGrant, "the assertion does not verify: \(error.check)"))
+    }
+    func first(_ pattern: String) -> String? {
+        guard let expression = try? NSRegularExpression(pattern: pattern),
+            let match = expression.firstMatch(in: xml, range: NSRange(xml.startIndex..., in: xml)),
+            let range = Range(match.range(at: 1), in: xml)
+        else { return nil }
+        return String(xml[range])
+    }
+    let me = issuer(configuration, state)
+    guard first("<(?:[A-Za-z0-9_]+:)?Audience>([^<]*)</") == me else {
+        return .failure(OAuthError(.invalidGrant, "the assertion's Audience is not this authorization server"))
+    }
+    guard first("Recipient=\"([^\"]*)\"") == me + "/oauth/token" else {
+        return .failure(OAuthError(.invalidGrant, "the assertion's Recipient is not this token endpoint"))
+    }
+    guard let until = first("SubjectConfirmationData NotOnOrAfter=\"([^\"]*)\"").flatMap({ try? Date($0, strategy: .iso8601) }), until > Date()
+    else { return .failure(OAuthError(.invalidGrant, "the assertion's subject confirmation has expired")) }
+    var granted = OAuthGrant(clientID: client.id, subject: identity.nameID, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
+    granted.propagatedBy = "saml2_bearer"
+    return .success(granted)
+}
 private let jwtTokenTypes: Set<String> = [
     "urn:ietf:params:oauth:token-type:jwt", "urn:ietf:params:oauth:token-type:id_token", "urn:ietf:params:oauth:token-type:access_token",
 ]

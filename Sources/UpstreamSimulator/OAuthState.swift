@@ -82,6 +82,16 @@ public final class OAuthState: Sendable {
         set { trusted.withLock { $0 = newValue } }
     }
 
+    /// The certificates (PEM) whose keys the authorization server trusts for SAML bearer
+    /// assertions (`POST /sim/oauth/trust-saml-metadata`: an administrator importing Parley's
+    /// `/.well-known/saml-metadata.xml`).
+    private let trustedSAML = Mutex<[String]>([])
+
+    public var trustedSAMLCertificates: [String] {
+        get { trustedSAML.withLock { $0 } }
+        set { trustedSAML.withLock { $0 = newValue } }
+    }
+
     /// The `jti`s of accepted JWT bearer assertions: one is never accepted twice (RFC 7523 §3 item 7).
     private let seenAssertions = Mutex<Set<String>>([])
 

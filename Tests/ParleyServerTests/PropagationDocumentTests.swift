@@ -1,4 +1,6 @@
 import AuthFlows
+import ParleyEncoding
+import SAMLIdentity
 import Foundation
 import ParleyTesting
 import Testing
@@ -47,7 +49,11 @@ import UpstreamSimulator
               - name: s
                 url: https://e.example
                 registration: { identity: required }
-                oauth2: { grant: saml2_bearer, tokenEndpoint: "https://as.example/token", clientId: c }
+                oauth2: { grant: saml2_bearer, tokenEndpoint: "https://as.example/token", clientId: c, nameIdClaim: "" }
+              - name: t
+                url: https://g.example
+                registration: { identity: required }
+                oauth2: { grant: saml_bearer, tokenEndpoint: "https://as.example/token", clientId: c, samlAudience: x }
             """)
         #expect(
             found == [
@@ -60,7 +66,10 @@ import UpstreamSimulator
                 "destination 'j': oauth2.assertion must be identity_token or parley",
                 "destination 'j': oauth2.assertionAudience must be 1 to 2000 bytes",
                 "destination 'k': oauth2.assertionAudience and subjectClaim shape Parley's own assertion (assertion: parley)",
-                "destination 's': oauth2.grant must be authorization_code, client_credentials, password, token_exchange or jwt_bearer",
+                "destination 's': oauth2.saml2_bearer needs samlAudience (the authorization server's entity id, at most 1024 bytes)",
+                "destination 's': oauth2.nameIdClaim must be a claim name of 1 to 200 bytes",
+                "destination 't': oauth2.grant must be authorization_code, client_credentials, password, token_exchange, jwt_bearer or saml2_bearer",
+                "destination 't': oauth2.samlAudience is read by the saml2_bearer grant only",
             ], "\(found)")
     }
 
@@ -97,6 +106,15 @@ import UpstreamSimulator
         #expect(published["keys"]?.allSatisfy { $0["d"] == nil && $0["p"] == nil } == true, "private members were published")
 
         let pem = String(decoding: read(keys.rsaKeyPath) ?? [], as: UTF8.self)
+        // The EC key beside the RSA key's certificate.
+        let mismatched = keys.directory + "/mismatched.pem"
+        try Data((read(keys.ecKeyPath) ?? []) + (read(keys.directory + "/rsa.crt") ?? [])).write(to: URL(fileURLWithPath: mismatched))
+        // Only a key with its certificate is in the SAML metadata.
+        let withCertificate = try ParleySigningKeys.parse("a:\(keys.ecKeyPath),b:\(keys.rsaKeyWithCertificatePath)", read: read)
+        let metadata = try #require(withCertificate.samlMetadata(entityID: "https://parley.example/a&b"))
+        #expect(metadata.contains(#"entityID="https://parley.example/a&amp;b""#))
+        #expect(metadata.components(separatedBy: "<ds:X509Certificate>").count == 2)
+        #expect(ring.samlMetadata(entityID: "x") == nil)
         let cases: [(String, String)] = [
             ("", "no key is listed"),
             ("nokid", "is not kid:<path>"),
@@ -105,6 +123,7 @@ import UpstreamSimulator
             ("a:/nonexistent/key.pem", "cannot be read"),
             ("a:\(keys.directory)", "cannot be read"),
             ("a:/etc/hostname", "is not a PEM private key"),
+            ("a:\(mismatched)", "is not the key's"),
         ]
         for (text, expected) in cases {
             #expect {
@@ -142,5 +161,43 @@ import UpstreamSimulator
         #expect((claims["jti"] as? String)?.isEmpty == false)
         let other = try await ring.assertion(issuer: "i", subject: "s", audience: "a", now: now)
         #expect(other != jwt, "two assertions share a jti")
+    }
+
+    /// Parley's SAML assertion, RSA and EC alike, verifies with the certificate beside its key
+    /// through the same reader that checks identity providers' responses; a byte changed after
+    /// signing, or another certificate, does not.
+    @Test func theSAMLAssertionVerifiesWithTheCertificateBesideTheKey() throws {
+        let keys = try TestSigningKeys.generate()
+        defer { keys.remove() }
+        func read(_ path: String) -> [UInt8] { FileManager.default.contents(atPath: path).map { Array($0) } ?? [] }
+        func response(_ assertion: [UInt8]) -> String {
+            var xml = String(decoding: assertion, as: UTF8.self)
+            if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
+            let wrapped = #"<samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_w" Version="2.0" IssueInstant="2026-01-01T00:00:00Z"><samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>"#
+                + xml + "</samlp:Response>"
+            return Base64.encode(Array(wrapped.utf8))
+        }
+        let fields = SAMLAssertionSigner.Fields(
+            issuer: "https://parley.example", nameID: "alice@example.com & <co>", nameIDFormat: "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress",
+            audience: "https://as.example", recipient: "https://as.example/token", issuedAt: Date())
+        for (kind, algorithm) in [("rsa", SAMLAssertionSigner.Algorithm.rsaSHA256), ("ec", .ecdsaSHA256)] {
+            let signed = try SAMLAssertionSigner.sign(fields, privateKeyPEM: read(keys.directory + "/\(kind).pem"), algorithm: algorithm)
+            let certificate = String(decoding: read(keys.directory + "/\(kind).crt"), as: UTF8.self)
+            let other = String(decoding: read(keys.directory + (kind == "rsa" ? "/ec.crt" : "/rsa.crt")), as: UTF8.self)
+            let verified = try SAMLIdentityReader.read(samlResponse: response(signed), trusting: [certificate]).get()
+            #expect(verified.nameID == "alice@example.com & <co>" && verified.issuer == "https://parley.example", "\(kind)")
+            #expect(verified.nameIDFormat == "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress")
+            let text = String(decoding: signed, as: UTF8.self)
+            #expect(text.contains("<saml:Audience>https://as.example</saml:Audience>") && text.contains(#"Recipient="https://as.example/token""#))
+            let tampered = Array(text.replacingOccurrences(of: "alice@example.com", with: "admin@example.com").utf8)
+            #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(tampered), trusting: [certificate]).get() }
+            #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(signed), trusting: [other]).get() }
+        }
+        #expect(throws: SAMLAssertionSigner.Failure.self) {
+            try SAMLAssertionSigner.sign(fields, privateKeyPEM: Array("not a key".utf8), algorithm: .rsaSHA256)
+        }
+        // An EC key file with its certificate is a ring entry with metadata too.
+        let ring = try ParleySigningKeys.parse("e:\(keys.ecKeyWithCertificatePath)") { FileManager.default.contents(atPath: $0).map { Array($0) } }
+        #expect(ring.entries.first?.algorithm == .es256 && ring.entries.first?.certificateDER != nil)
     }
 }

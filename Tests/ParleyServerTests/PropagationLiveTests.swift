@@ -48,6 +48,22 @@ import UpstreamSimulator
                   assertion: parley
                   subjectClaim: email
             \(client)
+              - name: saml-bearer
+                url: \(sim)
+                registration: { identity: required }
+                oauth2:
+                  grant: saml2_bearer
+                  samlAudience: \(sim)
+                  nameIdClaim: email
+                  nameIdFormat: urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress
+            \(client)
+              - name: saml-elsewhere
+                url: \(sim)
+                registration: { identity: required }
+                oauth2:
+                  grant: saml2_bearer
+                  samlAudience: https://another-server.example
+            \(client)
             """, suffix: ".yaml")
     }
 
@@ -82,7 +98,7 @@ import UpstreamSimulator
             let sim = "http://127.0.0.1:\(simulatorPort)"
             let parley = try await ParleyProcess.start(environment: [
                 "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": try Self.destinationsFile(sim),
-                "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath),s2:\(signing.ecKeyPath)", "PARLEY_LOG_LEVEL": "debug",
+                "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyWithCertificatePath),s2:\(signing.ecKeyPath)", "PARLEY_LOG_LEVEL": "debug",
                 "PARLEY_RATE_LIMIT_REGISTRATIONS": "off",
             ])
             defer { Task { await parley.stop() } }
@@ -134,6 +150,27 @@ import UpstreamSimulator
             #expect(viaParley.status == 200 && viaParley.json?["grant"] as? String == "jwt_bearer", "\(viaParley.text)")
             #expect(viaParley.json?["sub"] as? String == "alice@example.com", "the assertion's sub is the subjectClaim")
 
+            // RFC 7522: a SAML 2.0 assertion Parley signs (XML signature, libxmlsec1), refused until
+            // the server imports Parley's SAML metadata, then the NameID is the user's e-mail.
+            let samlBearer = try await Self.register(
+                parley, "saml-bearer", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com"]))
+            #expect(try await Self.call(parley, samlBearer).status == 403)
+            let metadata = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/saml-metadata.xml")
+            #expect(metadata.status == 200 && metadata.header("Content-Type") == "application/samlmetadata+xml")
+            #expect(metadata.text.contains("entityID=\"http://127.0.0.1:\(parley.port)\"") && metadata.text.contains("X509Certificate>"))
+            #expect(!metadata.text.contains("PRIVATE"), "the metadata carries a private key")
+            let imported = try await RawHTTP.request(
+                port: simulatorPort, method: "POST", target: "/sim/oauth/trust-saml-metadata", body: metadata.body)
+            #expect(imported.status == 200, "\(imported.text)")
+            let viaSAML = try await Self.call(parley, samlBearer)
+            #expect(viaSAML.status == 200 && viaSAML.json?["grant"] as? String == "saml2_bearer", "\(viaSAML.text)")
+            #expect(viaSAML.json?["sub"] as? String == "alice@example.com")
+            // An assertion for another audience, signed by a trusted key: refused by the server.
+            let elsewhere = try await Self.register(
+                parley, "saml-elsewhere", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com"]))
+            let notForUs = try await Self.call(parley, elsewhere)
+            #expect(notForUs.status == 403 && notForUs.json?["code"] as? String == "upstream_unauthorized", "\(notForUs.text)")
+
             // An identity token past its expiry (within the 60 s skew registration allows): no
             // exchange is attempted; the client is told to renew it, and after renewal it works.
             let calls = simulator.oauth.tokenCalls
@@ -156,7 +193,7 @@ import UpstreamSimulator
                 try await store.query("SELECT identity_token_sealed FROM registrations WHERE identity_token_sealed IS NOT NULL")
                     .map { String(decoding: try $0.bytes("identity_token_sealed"), as: UTF8.self) }
             }
-            #expect(stored.count == 5)
+            #expect(stored.count == 7)
             for token in minted {
                 #expect(!stored.contains { $0.contains(token.prefix(40)) }, "an identity token is stored in the clear")
                 #expect(!parley.log.contains(token), "an identity token was logged")

@@ -173,7 +173,8 @@ func compose(
         binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange)
 
     let controllers = Controllers(
-        operations: OperationsController(readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys),
+        operations: OperationsController(
+            readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL),
         registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),

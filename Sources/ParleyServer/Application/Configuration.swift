@@ -72,7 +72,13 @@ public struct ParleyConfiguration: Sendable {
             let timeouts = Timeouts(reading: settings)
             let housekeeping = Housekeeping(reading: settings)
             let connections = Connections(reading: settings)
-            for destination in file.destinations where destination.oauth2?.propagation?.assertion == .parley && keys?.signingKeys == nil {
+            for destination in file.destinations where destination.oauth2?.grant == .saml2Bearer
+                && keys?.signingKeys?.entries.contains(where: { $0.certificateDER != nil }) != true
+            {
+                settings.report(
+                    "destination '\(destination.name)': oauth2.grant saml2_bearer needs a signing key with its certificate in the same PEM file (\(settings.variable("signing_keys")))")
+            }
+            for destination in file.destinations where destination.oauth2?.grant == .jwtBearer && destination.oauth2?.propagation?.assertion == .parley && keys?.signingKeys == nil {
                 settings.report(
                     "destination '\(destination.name)': oauth2.assertion parley needs Parley's signing keys, and \(settings.variable("signing_keys")) is not set")
             }

@@ -32,6 +32,7 @@ func addRoutes(
     router.get("/metrics", use: c.operations.metricsText)
     router.get("/openapi.json", use: c.operations.openAPI)
     router.get("/.well-known/jwks.json", use: c.operations.jwks)
+    router.get("/.well-known/saml-metadata.xml", use: c.operations.samlMetadata)
 
     // Thin clients. Registering needs no token; everything else needs the client token.
     router.group("/v1/registrations").add(middleware: c.registrationAdmission).post(use: c.registrations.create)

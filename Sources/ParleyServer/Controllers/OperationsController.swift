@@ -9,10 +9,24 @@ struct OperationsController: Sendable {
     let metrics: Metrics
     /// Parley's signing keys (`PARLEY_SIGNING_KEYS`), published at `/.well-known/jwks.json`.
     var signingKeys: ParleySigningKeys? = nil
+    /// The issuer of Parley's assertions and the entity id of its metadata.
+    var publicURL: String = ""
 
     /// `GET /.well-known/jwks.json`: the public half of every signing key, so that an
     /// authorization server trusts Parley's assertions, before and after a rotation. `404`
     /// when Parley has none.
+    /// `GET /.well-known/saml-metadata.xml`: the certificates of the signing keys that have one,
+    /// as SAML 2.0 metadata whose entity id is the issuer of Parley's assertions (`PARLEY_PUBLIC_URL`).
+    /// `404` when no key has a certificate.
+    @Sendable func samlMetadata(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        guard let metadata = signingKeys?.samlMetadata(entityID: publicURL) else {
+            return Problem.notFound("no signing key of Parley's (PARLEY_SIGNING_KEYS) has a certificate").render()
+        }
+        return Response(
+            status: .ok, headers: [.contentType: "application/samlmetadata+xml", .cacheControl: "max-age=300"],
+            body: .init(byteBuffer: ByteBuffer(string: metadata)))
+    }
+
     @Sendable func jwks(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         guard let signingKeys else { return Problem.notFound("Parley has no signing keys (PARLEY_SIGNING_KEYS)").render() }
         return Response(

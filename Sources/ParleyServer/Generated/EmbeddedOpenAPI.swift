@@ -224,6 +224,40 @@ public enum EmbeddedOpenAPI {
                 }
               }
             },
+            "/.well-known/saml-metadata.xml": {
+              "get": {
+                "tags": [
+                  "operations"
+                ],
+                "operationId": "samlMetadata",
+                "summary": "Parley's SAML 2.0 metadata",
+                "description": "The certificates of the signing keys whose PEM file holds one, as SAML 2.0 metadata (an `EntityDescriptor` whose `entityID` is `PARLEY_PUBLIC_URL`, with an `IDPSSODescriptor` and a signing `KeyDescriptor` per certificate): what an authorization server imports to trust the assertions of `saml2_bearer` grants. `404` when no key has a certificate.",
+                "security": [],
+                "responses": {
+                  "200": {
+                    "description": "The metadata.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/samlmetadata+xml": {
+                        "schema": {
+                          "type": "string"
+                        }
+                      }
+                    }
+                  },
+                  "404": {
+                    "$ref": "#/components/responses/NotFound"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  }
+                }
+              }
+            },
             "/v1/registrations": {
               "post": {
                 "tags": [
@@ -481,7 +515,7 @@ public enum EmbeddedOpenAPI {
                 ],
                 "operationId": "renewIdentityToken",
                 "summary": "Renew the registration's identity token",
-                "description": "Takes a fresh identity token of the registration's verified user, checked like the one it registered with. A destination whose propagation grant (`token_exchange`, `jwt_bearer`) speaks for the user keeps it sealed and uses it for the next exchange; once the kept one has expired, a call that needs an exchange answers `401 invalid_identity_token` until this renews it. A token of another user, or a registration whose user was not verified by an identity token, is `403 forbidden`.",
+                "description": "Takes a fresh identity token of the registration's verified user, checked like the one it registered with. A destination whose propagation grant (`token_exchange`, `jwt_bearer`, `saml2_bearer`) speaks for the user keeps it sealed and uses it for the next exchange; once the kept one has expired, a call that needs an exchange answers `401 invalid_identity_token` until this renews it. A token of another user, or a registration whose user was not verified by an identity token, is `403 forbidden`.",
                 "security": [
                   {
                     "clientToken": []
@@ -5665,7 +5699,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "ProxyForbidden": {
-                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials`, `password`, `token_exchange` or `jwt_bearer` grant; `forbidden`: the registration still waits for an administrator's approval; or the upstream's own `403`.",
+                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials`, `password`, `token_exchange`, `jwt_bearer` or `saml2_bearer` grant; `forbidden`: the registration still waits for an administrator's approval; or the upstream's own `403`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"

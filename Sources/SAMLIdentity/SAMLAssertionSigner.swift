@@ -1,0 +1,120 @@
+internal import CXMLSec
+public import Foundation
+
+/// A SAML 2.0 assertion Parley issues for a user and signs with its own key: what an OAuth2
+/// SAML bearer grant (RFC 7522) sends as `assertion`. Enveloped signature over the assertion
+/// (one `Reference` to its `ID`, exclusive c14n, SHA-256, RSA-SHA256 or ECDSA-SHA256), the
+/// form `SAMLIdentityReader` and SAP's authorization servers verify.
+public enum SAMLAssertionSigner {
+    public enum Algorithm: Sendable {
+        case rsaSHA256, ecdsaSHA256
+
+        var uri: String {
+            switch self {
+            case .rsaSHA256: "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256"
+            case .ecdsaSHA256: "http://www.w3.org/2001/04/xmldsig-more#ecdsa-sha256"
+            }
+        }
+    }
+
+    /// What the assertion says.
+    public struct Fields: Sendable {
+        public var issuer: String
+        public var nameID: String
+        public var nameIDFormat: String
+        /// `Conditions/AudienceRestriction/Audience`: the authorization server's entity id.
+        public var audience: String
+        /// `SubjectConfirmationData/@Recipient`: the token endpoint.
+        public var recipient: String
+        public var issuedAt: Date
+        public var lifetime: TimeInterval
+
+        public init(
+            issuer: String, nameID: String, nameIDFormat: String, audience: String, recipient: String, issuedAt: Date,
+            lifetime: TimeInterval = 300
+        ) {
+            self.issuer = issuer
+            self.nameID = nameID
+            self.nameIDFormat = nameIDFormat
+            self.audience = audience
+            self.recipient = recipient
+            self.issuedAt = issuedAt
+            self.lifetime = lifetime
+        }
+    }
+
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The signed assertion's XML (UTF-8).
+    public static func sign(_ fields: Fields, privateKeyPEM: [UInt8], algorithm: Algorithm) throws(Failure) -> [UInt8] {
+        guard XMLSecurity.isReady else { throw Failure(description: "libxmlsec1 is not usable") }
+        // SystemRandomNumberGenerator draws from the kernel's CSPRNG (getrandom).
+        var generator = SystemRandomNumberGenerator()
+        let id = "_" + (0..<16).map { _ in String(UInt8.random(in: .min ... .max, using: &generator), radix: 16) }.map {
+            $0.count == 1 ? "0" + $0 : $0
+        }.joined()
+        let template = Self.template(fields, id: id, algorithm: algorithm)
+        let document: XMLDocument
+        do { document = try XMLDocument(parsing: Array(template.utf8)) } catch { throw Failure(description: "the assertion template is not XML") }
+        guard let assertion = document.root, let attribute = assertion.attributeNode("ID"), document.registerID(id, attribute: attribute),
+            let signature = assertion.childElements.first(where: { $0.isElement("Signature", in: SAMLIdentityReader.dsigNS) })
+        else { throw Failure(description: "the assertion template has no ID or Signature") }
+        let key = privateKeyPEM.withUnsafeBufferPointer { c_parley_key_from_private_pem($0.baseAddress, $0.count) }
+        guard let key else { throw Failure(description: "the signing key cannot be loaded") }
+        guard c_parley_dsig_sign(key, signature) == 0 else { throw Failure(description: "the assertion could not be signed") }
+        guard let bytes = document.serialized() else { throw Failure(description: "the signed assertion could not be written") }
+        return bytes
+    }
+
+    static func template(_ f: Fields, id: String, algorithm: Algorithm) -> String {
+        let issued = timestamp(f.issuedAt)
+        let until = timestamp(f.issuedAt.addingTimeInterval(f.lifetime))
+        return """
+            <saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="\(id)" Version="2.0" IssueInstant="\(issued)">\
+            <saml:Issuer>\(escaped(f.issuer))</saml:Issuer>\
+            <ds:Signature xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:SignedInfo>\
+            <ds:CanonicalizationMethod Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/>\
+            <ds:SignatureMethod Algorithm="\(algorithm.uri)"/>\
+            <ds:Reference URI="#\(id)"><ds:Transforms>\
+            <ds:Transform Algorithm="http://www.w3.org/2000/09/xmldsig#enveloped-signature"/>\
+            <ds:Transform Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/></ds:Transforms>\
+            <ds:DigestMethod Algorithm="http://www.w3.org/2001/04/xmlenc#sha256"/><ds:DigestValue></ds:DigestValue></ds:Reference>\
+            </ds:SignedInfo><ds:SignatureValue></ds:SignatureValue></ds:Signature>\
+            <saml:Subject><saml:NameID Format="\(escaped(f.nameIDFormat))">\(escaped(f.nameID))</saml:NameID>\
+            <saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer">\
+            <saml:SubjectConfirmationData NotOnOrAfter="\(until)" Recipient="\(escaped(f.recipient))"/></saml:SubjectConfirmation></saml:Subject>\
+            <saml:Conditions NotBefore="\(issued)" NotOnOrAfter="\(until)"><saml:AudienceRestriction>\
+            <saml:Audience>\(escaped(f.audience))</saml:Audience></saml:AudienceRestriction></saml:Conditions>\
+            <saml:AuthnStatement AuthnInstant="\(issued)"><saml:AuthnContext>\
+            <saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:unspecified</saml:AuthnContextClassRef>\
+            </saml:AuthnContext></saml:AuthnStatement></saml:Assertion>
+            """
+    }
+
+    /// `xs:dateTime` in UTC, whole seconds.
+    static func timestamp(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle(timeZone: TimeZone(identifier: "UTC") ?? .current))
+    }
+
+    /// Text and attribute values: the five XML specials escaped; control characters (which
+    /// XML 1.0 cannot carry) dropped.
+    public static func escaped(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&apos;"
+            case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
+            default:
+                if scalar.value >= 0x20, scalar.value != 0x7F, scalar.value != 0xFFFE, scalar.value != 0xFFFF { out.unicodeScalars.append(scalar) }
+            }
+        }
+        return out
+    }
+}
