@@ -10,6 +10,9 @@ if [ "${1:-}" = "--test" ]; then
   # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP (behind
   # Werkzeug's ProxyFix in its proxyfix mode).
   want+=(simplesamlphp php-cli php-xml php-mbstring python3 python3-pysaml2 python3-werkzeug xmlsec1 curl)
+  # Propagation's assertions checked by other implementations (Tests/Fixtures/propagation):
+  # Authlib's JOSE for the JWT, xmlsec1 and pysaml2 (above) for the SAML assertion.
+  want+=(python3-authlib)
   # schemathesis (PyPI) runs in a venv of its own (scripts/schemathesis.sh).
   want+=(python3-venv python3-pip)
   # The deploy kit's checks: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);

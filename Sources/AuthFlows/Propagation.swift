@@ -169,6 +169,9 @@ public final class ParleySigningKeys: Sendable {
 
     /// A JWT bearer assertion (RFC 7523 §3) Parley signs for a user with its first key.
     public func assertion(issuer: String, subject: String, audience: String, now: Date, lifetime: TimeInterval = 300) async throws -> String {
+        // Whole seconds: a verifier that compares `nbf` with its integer clock (Authlib) refuses
+        // an assertion whose `nbf` is a fraction of a second ahead of it.
+        let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let claims = AssertionClaims(
             iss: IssuerClaim(value: issuer), sub: SubjectClaim(value: subject), aud: AudienceClaim(value: [audience]),
             iat: IssuedAtClaim(value: now), nbf: NotBeforeClaim(value: now), exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)),

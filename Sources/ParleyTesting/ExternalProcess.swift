@@ -18,6 +18,10 @@ public struct TestHarnessError: Error, CustomStringConvertible {
 enum ExternalTool {
     /// The first executable named `name` in `$PATH` or the usual system directories.
     static func locate(_ name: String) throws -> String {
+        if name.hasPrefix("/") {
+            guard FileManager.default.isExecutableFile(atPath: name) else { throw TestHarnessError("\(name) is not executable") }
+            return name
+        }
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         let directories = path.split(separator: ":").map(String.init) + ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin", "/bin"]
         for directory in directories {
@@ -47,6 +51,14 @@ enum ExternalTool {
             let text = String(decoding: output, as: UTF8.self)
             throw TestHarnessError("\(tool) \(arguments.first ?? "") failed (\(process.terminationStatus)): \(text.suffix(800))")
         }
+    }
+}
+
+/// Runs another implementation's checker to completion (`PATH` or the system directories);
+/// throws with its stderr when it fails.
+public enum ExternalCheck {
+    public static func run(_ tool: String, _ arguments: [String], in directory: String? = nil) throws {
+        try ExternalTool.run(tool, arguments, in: directory ?? NSTemporaryDirectory())
     }
 }
 

@@ -542,6 +542,7 @@ private func samlBearerGrant(
         return .failure(OAuthError(.invalidGrant, "assertion is not base64url"))
     }
     var xml = String(decoding: bytes, as: UTF8.self)
+    oauth.noteAssertion(xml, grant: "saml2_bearer")
     if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
     let wrapped = """
         <samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_sim-wrap" Version="2.0" IssueInstant="2000-01-01T00:00:00Z">\
@@ -596,6 +597,7 @@ private func propagationGrant(
         audience = form["audience"] ?? form["resource"]
     } else {
         guard let assertion = form["assertion"] else { return .failure(OAuthError(.invalidRequest, "assertion is missing")) }
+        oauth.noteAssertion(assertion, grant: "jwt_bearer")
         jwt = assertion
     }
     var keySets: [[UInt8]] = []

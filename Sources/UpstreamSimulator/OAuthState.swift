@@ -92,6 +92,14 @@ public final class OAuthState: Sendable {
         set { trustedSAML.withLock { $0 = newValue } }
     }
 
+    /// The last assertion each propagation grant brought (JWT text, or SAML XML), whether
+    /// accepted or not: tests hand them to other implementations to check.
+    private let assertions = Mutex<[String: String]>([:])
+
+    public func lastAssertion(grant: String) -> String? { assertions.withLock { $0[grant] } }
+
+    func noteAssertion(_ assertion: String, grant: String) { assertions.withLock { $0[grant] = assertion } }
+
     /// The `jti`s of accepted JWT bearer assertions: one is never accepted twice (RFC 7523 §3 item 7).
     private let seenAssertions = Mutex<Set<String>>([])
 

@@ -159,6 +159,9 @@ import UpstreamSimulator
         #expect(audience == "https://as.example/token")
         #expect((claims["exp"] as? Double) == 1_800_000_300 && (claims["iat"] as? Double) == 1_800_000_000)
         #expect((claims["jti"] as? String)?.isEmpty == false)
+        let fractional = try await ring.assertion(issuer: "i", subject: "s", audience: "a", now: now.addingTimeInterval(0.75))
+        let fractionalClaims = try object(fractional.split(separator: ".").map(String.init)[1])
+        #expect(fractionalClaims["nbf"] as? Double == 1_800_000_000, "nbf is not whole seconds")
         let other = try await ring.assertion(issuer: "i", subject: "s", audience: "a", now: now)
         #expect(other != jwt, "two assertions share a jti")
     }

@@ -149,6 +149,18 @@ import UpstreamSimulator
             let viaParley = try await Self.call(parley, bearerParley)
             #expect(viaParley.status == 200 && viaParley.json?["grant"] as? String == "jwt_bearer", "\(viaParley.text)")
             #expect(viaParley.json?["sub"] as? String == "alice@example.com", "the assertion's sub is the subjectClaim")
+            // Another implementation agrees: Authlib's JOSE verifies Parley's assertion with the published keys.
+            let scratch = NSTemporaryDirectory() + "parley-propagation-" + UUID().uuidString
+            try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            let verifier = packageRoot + "/Tests/Fixtures/propagation/verify.py"
+            try Data(jwks.body).write(to: URL(fileURLWithPath: scratch + "/jwks.json"))
+            let jwtAssertion = try #require(simulator.oauth.lastAssertion(grant: "jwt_bearer"))
+            try Data(jwtAssertion.utf8).write(to: URL(fileURLWithPath: scratch + "/assertion.jwt"))
+            #expect(throws: Never.self) {
+                try ExternalCheck.run(
+                    verifier, ["jwt", scratch + "/assertion.jwt", scratch + "/jwks.json", "http://127.0.0.1:\(parley.port)", sim + "/oauth/token", "alice@example.com"])
+            }
 
             // RFC 7522: a SAML 2.0 assertion Parley signs (XML signature, libxmlsec1), refused until
             // the server imports Parley's SAML metadata, then the NameID is the user's e-mail.
@@ -165,6 +177,13 @@ import UpstreamSimulator
             let viaSAML = try await Self.call(parley, samlBearer)
             #expect(viaSAML.status == 200 && viaSAML.json?["grant"] as? String == "saml2_bearer", "\(viaSAML.text)")
             #expect(viaSAML.json?["sub"] as? String == "alice@example.com")
+            // xmlsec1 verifies its signature with the metadata's certificate; pysaml2 reads what it says.
+            try Data(metadata.body).write(to: URL(fileURLWithPath: scratch + "/metadata.xml"))
+            try Data(try #require(simulator.oauth.lastAssertion(grant: "saml2_bearer")).utf8).write(to: URL(fileURLWithPath: scratch + "/assertion.xml"))
+            #expect(throws: Never.self) {
+                try ExternalCheck.run(
+                    verifier, ["saml", scratch + "/assertion.xml", scratch + "/metadata.xml", "http://127.0.0.1:\(parley.port)", sim, sim + "/oauth/token", "alice@example.com"])
+            }
             // An assertion for another audience, signed by a trusted key: refused by the server.
             let elsewhere = try await Self.register(
                 parley, "saml-elsewhere", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com"]))
