@@ -40,7 +40,7 @@ public final class CSRFTokenCache: Sendable {
 
 /// How often this conversation fetched a token again after a `403 Required`.
 private enum CSRFRefetches: ConversationContextKey { typealias Value = Int }
-/// The session's `Cookie` header when the attempt after a refetch took its token ("" for none).
+/// The session's `Cookie` header when the attempt after a refetch began to fetch its token ("" for none).
 private enum CSRFSessionAtFetch: ConversationContextKey { typealias Value = String }
 
 /// SAP CSRF protection: before a modifying request, fetch a token with
@@ -48,7 +48,7 @@ private enum CSRFSessionAtFetch: ConversationContextKey { typealias Value = Stri
 /// the session's cookies), cache it per registration and origin, and send it.
 /// On `403` with `X-CSRF-Token: Required`, forget it, refetch and retry: once, and again
 /// (at most `maxRefetches` times) only while the session's cookies changed under the
-/// attempt. A token belongs to the upstream session, and a registration's session is shared
+/// attempt. The attempt after a refusal fetches its own token rather than take the cached one. A token belongs to the upstream session, and a registration's session is shared
 /// by every instance: when it ends, concurrent conversations each sign in anew, and a token
 /// fetched in one session can meet the next one's cookie. An upstream that never accepts a
 /// token still costs one refetch.
@@ -68,7 +68,12 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
             return .proceed
         }
         let key = registrationID + "|" + origin
-        if let token = cache.token(for: key) {
+        // After a refusal the token is fetched in this attempt, never taken from the cache: another
+        // conversation may have cached one of a session that has ended since. The session's
+        // cookies are noted before the fetch, so that a change during the fetch or the send counts.
+        let refetching = conversation[CSRFRefetches.self] != nil
+        if refetching { conversation[CSRFSessionAtFetch.self] = try await sessionCookies(request.url, conversation: conversation) }
+        if !refetching, let token = cache.token(for: key) {
             request.headers.set("X-CSRF-Token", token)
         } else {
             var fetch = UpstreamRequest(method: "GET", url: request.url, tls: request.tls, timeouts: request.timeouts)
@@ -82,9 +87,6 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
                     request.headers.set("X-CSRF-Token", token)
                 }
             }
-        }
-        if conversation[CSRFRefetches.self] != nil {
-            conversation[CSRFSessionAtFetch.self] = try await sessionCookies(request.url, conversation: conversation)
         }
         return .proceed
     }

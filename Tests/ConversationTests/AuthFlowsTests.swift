@@ -1,4 +1,4 @@
-import AuthFlows
+@testable import AuthFlows
 import Conversation
 import Foundation
 import ParleyTesting
@@ -210,6 +210,44 @@ final class MemoryCookieRecords: CookieRecords {
         else { Issue.record("no response"); return }
         #expect(r.status == 403)
         #expect(fetches.value.withLock { $0 } == 4)
+    }
+
+    /// Plants a stale token in the cache whenever a conversation restarts for a CSRF refusal:
+    /// another conversation of the registration, on this instance, that fetched a token in a
+    /// session that has ended since.
+    struct StaleTokenPlanter: ConversationObserver {
+        let cache: CSRFTokenCache
+        func observe(_ event: ConversationEvent, conversation: Conversation) {
+            if case .restarting(reason: .csrfTokenRequired) = event { cache.set("stale", for: "r1|https://smp.example") }
+        }
+    }
+
+    /// The attempt after a refusal fetches its own token: the cached one may belong to a session
+    /// that has ended (one 403 in a one-hour soak: the retry took such a token, met the same
+    /// cookie it had noted, and handed the 403 on).
+    @Test func theAttemptAfterARefusalFetchesItsOwnToken() async throws {
+        let fetches = Mutex<Int>.Box(0)
+        let transport = FakeTransport { request in
+            if request.headers["X-CSRF-Token"] == "Fetch" {
+                fetches.value.withLock { $0 += 1 }
+                return .text(200, headers: ["X-CSRF-Token": "good"])
+            }
+            guard request.method == "POST", request.headers["X-CSRF-Token"] == "good" else {
+                return .text(403, headers: ["X-CSRF-Token": "Required"])
+            }
+            return .text(201)
+        }
+        let cache = CSRFTokenCache()
+        cache.set("stale", for: "r1|https://smp.example")
+        let configurator = DestinationConfigurator(
+            transport: transport, cookieRecords: MemoryCookieRecords(), csrfTokens: cache, clock: TestClock(),
+            observers: [StaleTokenPlanter(cache: cache)], logger: .init(label: "test"))
+        let destination = try DestinationSpec(name: "smp", url: "https://smp.example", csrf: true).validated()
+        let m = configurator.makeManager(for: destination, registration: RegistrationMaterial(registrationID: "r1"))
+        guard case .response(let r) = try await m.execute(UpstreamRequest(method: "POST", url: "https://smp.example/Items"))
+        else { Issue.record("no response"); return }
+        #expect(r.status == 201)
+        #expect(fetches.value.withLock { $0 } == 1)
     }
 
     /// An upstream that refuses every token, with the session unchanged, costs one refetch.
