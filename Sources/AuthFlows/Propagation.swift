@@ -248,7 +248,7 @@ enum PropagationGrant {
                 xml = try signer.samlAssertion(
                     SAMLAssertionSigner.Fields(
                         issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
-                        recipient: propagation.assertionAudience, issuedAt: now))
+                        recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down))))
             } catch {
                 throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(error)")
             }

@@ -1,5 +1,4 @@
 internal import CXMLSec
-public import Foundation
 
 /// A SAML 2.0 assertion Parley issues for a user and signs with its own key: what an OAuth2
 /// SAML bearer grant (RFC 7522) sends as `assertion`. Enveloped signature over the assertion
@@ -26,12 +25,14 @@ public enum SAMLAssertionSigner {
         public var audience: String
         /// `SubjectConfirmationData/@Recipient`: the token endpoint.
         public var recipient: String
-        public var issuedAt: Date
-        public var lifetime: TimeInterval
+        /// Seconds since 1970 (this module stays clear of Foundation, whose ICU clashes with
+        /// libxml2's in one clang module set).
+        public var issuedAt: Int64
+        public var lifetime: Int64
 
         public init(
-            issuer: String, nameID: String, nameIDFormat: String, audience: String, recipient: String, issuedAt: Date,
-            lifetime: TimeInterval = 300
+            issuer: String, nameID: String, nameIDFormat: String, audience: String, recipient: String, issuedAt: Int64,
+            lifetime: Int64 = 300
         ) {
             self.issuer = issuer
             self.nameID = nameID
@@ -70,7 +71,7 @@ public enum SAMLAssertionSigner {
 
     static func template(_ f: Fields, id: String, algorithm: Algorithm) -> String {
         let issued = timestamp(f.issuedAt)
-        let until = timestamp(f.issuedAt.addingTimeInterval(f.lifetime))
+        let until = timestamp(f.issuedAt + f.lifetime)
         return """
             <saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="\(id)" Version="2.0" IssueInstant="\(issued)">\
             <saml:Issuer>\(escaped(f.issuer))</saml:Issuer>\
@@ -93,9 +94,22 @@ public enum SAMLAssertionSigner {
             """
     }
 
-    /// `xs:dateTime` in UTC, whole seconds.
-    static func timestamp(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(timeZone: TimeZone(identifier: "UTC") ?? .current))
+    /// `xs:dateTime` in UTC, whole seconds (`2026-11-26T13:40:12Z`), for any time from 1970 to
+    /// the year 9999; the civil date from days since the epoch (H. Hinnant's algorithm).
+    public static func timestamp(_ seconds: Int64) -> String {
+        let clamped = min(max(seconds, 0), 253_402_300_799)
+        let days = clamped / 86_400, rest = clamped % 86_400
+        let z = days + 719_468
+        let era = z / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(year)-\(two(month))-\(two(day))T\(two(rest / 3600)):\(two(rest % 3600 / 60)):\(two(rest % 60))Z"
     }
 
     /// Text and attribute values: the five XML specials escaped; control characters (which

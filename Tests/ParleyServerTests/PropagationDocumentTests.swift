@@ -182,7 +182,7 @@ import UpstreamSimulator
         }
         let fields = SAMLAssertionSigner.Fields(
             issuer: "https://parley.example", nameID: "alice@example.com & <co>", nameIDFormat: "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress",
-            audience: "https://as.example", recipient: "https://as.example/token", issuedAt: Date())
+            audience: "https://as.example", recipient: "https://as.example/token", issuedAt: Int64(Date().timeIntervalSince1970))
         for (kind, algorithm) in [("rsa", SAMLAssertionSigner.Algorithm.rsaSHA256), ("ec", .ecdsaSHA256)] {
             let signed = try SAMLAssertionSigner.sign(fields, privateKeyPEM: read(keys.directory + "/\(kind).pem"), algorithm: algorithm)
             let certificate = String(decoding: read(keys.directory + "/\(kind).crt"), as: UTF8.self)
@@ -195,6 +195,12 @@ import UpstreamSimulator
             let tampered = Array(text.replacingOccurrences(of: "alice@example.com", with: "admin@example.com").utf8)
             #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(tampered), trusting: [certificate]).get() }
             #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(signed), trusting: [other]).get() }
+        }
+        for (seconds, text) in [
+            (Int64(0), "1970-01-01T00:00:00Z"), (951_782_400, "2000-02-29T00:00:00Z"), (1_795_000_000, "2026-11-18T11:06:40Z"),
+            (4_107_542_399, "2100-02-28T23:59:59Z"), (-5, "1970-01-01T00:00:00Z"),
+        ] {
+            #expect(SAMLAssertionSigner.timestamp(seconds) == text)
         }
         #expect(throws: SAMLAssertionSigner.Failure.self) {
             try SAMLAssertionSigner.sign(fields, privateKeyPEM: Array("not a key".utf8), algorithm: .rsaSHA256)
