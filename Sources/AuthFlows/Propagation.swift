@@ -3,7 +3,6 @@ public import Foundation
 import JWTKit
 import ParleyCrypto
 import ParleyEncoding
-import SAMLIdentity
 
 /// The verified user a registration's propagation grants speak for: the identity token the
 /// client proved it with (kept sealed while a destination needs it, never logged, never sent
@@ -48,7 +47,7 @@ public final class ParleySigningKeys: Sendable {
         public let certificateDER: String?
         fileprivate let key: Key
         /// The key file as read, for libxmlsec1 (SAML assertions); never logged or shown.
-        fileprivate let pem: [UInt8]
+        let pem: [UInt8]
     }
 
     fileprivate enum Key: Sendable {
@@ -142,7 +141,7 @@ public final class ParleySigningKeys: Sendable {
         }.joined(separator: "\n")
         return """
             <?xml version="1.0" encoding="UTF-8"?>
-            <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" xmlns:ds="http://www.w3.org/2000/09/xmldsig#" entityID="\(SAMLAssertionSigner.escaped(entityID))">
+            <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" xmlns:ds="http://www.w3.org/2000/09/xmldsig#" entityID="\(Self.xmlEscaped(entityID))">
               <md:IDPSSODescriptor protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">
             \(descriptors)
               </md:IDPSSODescriptor>
@@ -151,15 +150,8 @@ public final class ParleySigningKeys: Sendable {
             """
     }
 
-    /// A SAML 2.0 assertion (RFC 7522) Parley signs for a user with its first key that has a
-    /// certificate (the one its metadata publishes), as UTF-8 XML.
-    func samlAssertion(_ fields: SAMLAssertionSigner.Fields) throws -> [UInt8] {
-        guard let signing = entries.first(where: { $0.certificateDER != nil }) else {
-            throw Problem(description: "no signing key has a certificate for SAML assertions")
-        }
-        let algorithm: SAMLAssertionSigner.Algorithm = signing.algorithm == .rs256 ? .rsaSHA256 : .ecdsaSHA256
-        return try SAMLAssertionSigner.sign(fields, privateKeyPEM: signing.pem, algorithm: algorithm)
-    }
+    /// The key that signs SAML assertions: the first with a certificate (the one the metadata publishes).
+    var samlSigningEntry: Entry? { entries.first(where: { $0.certificateDER != nil }) }
 
     /// The public keys as a JWK Set (RFC 7517), JSON with sorted keys.
     public var jwks: [UInt8] {
@@ -186,6 +178,22 @@ public final class ParleySigningKeys: Sendable {
         var header = JWTHeader()
         header.typ = "JWT"
         return try await keys.sign(claims, kid: kid, header: header)
+    }
+
+    /// Attribute values of the metadata: the five XML specials escaped, control characters dropped.
+    static func xmlEscaped(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&apos;"
+            default: if scalar.value >= 0x20, scalar.value != 0x7F { out.unicodeScalars.append(scalar) }
+            }
+        }
+        return out
     }
 
     private static func isKidByte(_ b: UInt8) -> Bool {
@@ -243,14 +251,17 @@ enum PropagationGrant {
                     .refused, detail: "the identity token has no string '\(propagation.nameIdClaim.prefix(200))' claim for the assertion's NameID")
             }
             // Recipient: the token endpoint (`assertionAudience` is its default and only `jwt_bearer` may change it).
+            guard let key = signer.samlSigningEntry else {
+                throw OAuth2Error(.refused, detail: "no signing key of Parley's has a certificate for its SAML assertion")
+            }
             let xml: [UInt8]
-            do {
-                xml = try signer.samlAssertion(
-                    SAMLAssertionSigner.Fields(
-                        issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
-                        recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down))))
-            } catch {
-                throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(error)")
+            switch SAMLAssertionIssuing.sign(
+                issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
+                recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down)),
+                privateKeyPEM: key.pem, ecdsa: key.algorithm == .es256)
+            {
+            case .success(let signed): xml = signed
+            case .failure(let reason): throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(reason)")
             }
             parameters = [("grant_type", OAuth2Settings.Propagation.saml2BearerGrantType), ("assertion", Base64URL.encode(xml))]
         case .jwtBearer:

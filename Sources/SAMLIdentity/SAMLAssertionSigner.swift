@@ -114,7 +114,7 @@ public enum SAMLAssertionSigner {
 
     /// Text and attribute values: the five XML specials escaped; control characters (which
     /// XML 1.0 cannot carry) dropped.
-    public static func escaped(_ text: String) -> String {
+    static func escaped(_ text: String) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {

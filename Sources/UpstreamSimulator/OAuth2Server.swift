@@ -1,6 +1,5 @@
 import Foundation
 import Hummingbird
-import SAMLIdentity
 import ParleyCrypto
 import ParleyEncoding
 
@@ -544,14 +543,10 @@ private func samlBearerGrant(
     var xml = String(decoding: bytes, as: UTF8.self)
     oauth.noteAssertion(xml, grant: "saml2_bearer")
     if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
-    let wrapped = """
-        <samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_sim-wrap" Version="2.0" IssueInstant="2000-01-01T00:00:00Z">\
-        <samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>\(xml)</samlp:Response>
-        """
-    let identity: SAMLSignedInIdentity
-    switch SAMLIdentityReader.read(samlResponse: Base64.encode(Array(wrapped.utf8)), trusting: oauth.trustedSAMLCertificates) {
-    case .success(let read): identity = read
-    case .failure(let error): return .failure(OAuthError(.invalidGrant, "the assertion does not verify: \(error.check)"))
+    let nameID: String
+    switch SAMLBearerVerification.check(xml, trusting: oauth.trustedSAMLCertificates) {
+    case .verified(let verified): nameID = verified
+    case .refused(let reason): return .failure(OAuthError(.invalidGrant, "the assertion does not verify: \(reason)"))
     }
     func first(_ pattern: String) -> String? {
         guard let expression = try? NSRegularExpression(pattern: pattern),
@@ -569,7 +564,7 @@ private func samlBearerGrant(
     }
     guard let until = first("SubjectConfirmationData NotOnOrAfter=\"([^\"]*)\"").flatMap({ try? Date($0, strategy: .iso8601) }), until > Date()
     else { return .failure(OAuthError(.invalidGrant, "the assertion's subject confirmation has expired")) }
-    var granted = OAuthGrant(clientID: client.id, subject: identity.nameID, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
+    var granted = OAuthGrant(clientID: client.id, subject: nameID, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
     granted.propagatedBy = "saml2_bearer"
     return .success(granted)
 }

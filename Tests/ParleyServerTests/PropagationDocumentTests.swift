@@ -1,6 +1,4 @@
 import AuthFlows
-import ParleyEncoding
-import SAMLIdentity
 import Foundation
 import ParleyTesting
 import Testing
@@ -166,47 +164,12 @@ import UpstreamSimulator
         #expect(other != jwt, "two assertions share a jti")
     }
 
-    /// Parley's SAML assertion, RSA and EC alike, verifies with the certificate beside its key
-    /// through the same reader that checks identity providers' responses; a byte changed after
-    /// signing, or another certificate, does not.
-    @Test func theSAMLAssertionVerifiesWithTheCertificateBesideTheKey() throws {
+    /// An EC key file with its certificate is a ring entry whose certificate the metadata lists.
+    @Test func anECKeyWithItsCertificateIsPublishedInTheMetadata() throws {
         let keys = try TestSigningKeys.generate()
         defer { keys.remove() }
-        func read(_ path: String) -> [UInt8] { FileManager.default.contents(atPath: path).map { Array($0) } ?? [] }
-        func response(_ assertion: [UInt8]) -> String {
-            var xml = String(decoding: assertion, as: UTF8.self)
-            if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
-            let wrapped = #"<samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" ID="_w" Version="2.0" IssueInstant="2026-01-01T00:00:00Z"><samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>"#
-                + xml + "</samlp:Response>"
-            return Base64.encode(Array(wrapped.utf8))
-        }
-        let fields = SAMLAssertionSigner.Fields(
-            issuer: "https://parley.example", nameID: "alice@example.com & <co>", nameIDFormat: "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress",
-            audience: "https://as.example", recipient: "https://as.example/token", issuedAt: Int64(Date().timeIntervalSince1970))
-        for (kind, algorithm) in [("rsa", SAMLAssertionSigner.Algorithm.rsaSHA256), ("ec", .ecdsaSHA256)] {
-            let signed = try SAMLAssertionSigner.sign(fields, privateKeyPEM: read(keys.directory + "/\(kind).pem"), algorithm: algorithm)
-            let certificate = String(decoding: read(keys.directory + "/\(kind).crt"), as: UTF8.self)
-            let other = String(decoding: read(keys.directory + (kind == "rsa" ? "/ec.crt" : "/rsa.crt")), as: UTF8.self)
-            let verified = try SAMLIdentityReader.read(samlResponse: response(signed), trusting: [certificate]).get()
-            #expect(verified.nameID == "alice@example.com & <co>" && verified.issuer == "https://parley.example", "\(kind)")
-            #expect(verified.nameIDFormat == "urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress")
-            let text = String(decoding: signed, as: UTF8.self)
-            #expect(text.contains("<saml:Audience>https://as.example</saml:Audience>") && text.contains(#"Recipient="https://as.example/token""#))
-            let tampered = Array(text.replacingOccurrences(of: "alice@example.com", with: "admin@example.com").utf8)
-            #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(tampered), trusting: [certificate]).get() }
-            #expect(throws: SAMLIdentityError.self) { try SAMLIdentityReader.read(samlResponse: response(signed), trusting: [other]).get() }
-        }
-        for (seconds, text) in [
-            (Int64(0), "1970-01-01T00:00:00Z"), (951_782_400, "2000-02-29T00:00:00Z"), (1_795_000_000, "2026-11-18T11:06:40Z"),
-            (4_107_542_399, "2100-02-28T23:59:59Z"), (-5, "1970-01-01T00:00:00Z"),
-        ] {
-            #expect(SAMLAssertionSigner.timestamp(seconds) == text)
-        }
-        #expect(throws: SAMLAssertionSigner.Failure.self) {
-            try SAMLAssertionSigner.sign(fields, privateKeyPEM: Array("not a key".utf8), algorithm: .rsaSHA256)
-        }
-        // An EC key file with its certificate is a ring entry with metadata too.
         let ring = try ParleySigningKeys.parse("e:\(keys.ecKeyWithCertificatePath)") { FileManager.default.contents(atPath: $0).map { Array($0) } }
         #expect(ring.entries.first?.algorithm == .es256 && ring.entries.first?.certificateDER != nil)
+        #expect(ring.samlMetadata(entityID: "https://parley.example")?.contains("<ds:X509Certificate>") == true)
     }
 }
