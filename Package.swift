@@ -73,7 +73,7 @@ let package = Package(
         .target(
             name: "AuthFlows",
             dependencies: [
-                "CPSL", "Conversation", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity", .product(name: "Logging", package: "swift-log"),
+                "CPSL", "Conversation", "ParleyCrypto", "ParleyEncoding", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"), .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "JWTKit", package: "jwt-kit"),
             ],
@@ -115,7 +115,7 @@ let package = Package(
         .target(
             name: "UpstreamSimulator",
             dependencies: [
-                "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
+                "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

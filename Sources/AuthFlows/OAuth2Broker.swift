@@ -68,6 +68,7 @@ public final class OAuth2Broker: Sendable {
     let skew: TimeInterval
     /// Parley's signing keys and issuer, for the assertions of `jwt_bearer` grants (`assertion: parley`).
     let signer: ParleySigningKeys?
+    let samlSigner: SAMLAssertionSigning?
     let issuer: String
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
@@ -76,10 +77,11 @@ public final class OAuth2Broker: Sendable {
 
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
-        usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), signer: ParleySigningKeys? = nil, issuer: String = "",
-        logger: Logger
+        usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), signer: ParleySigningKeys? = nil, samlSigner: SAMLAssertionSigning? = nil,
+        issuer: String = "", logger: Logger
     ) {
         self.signer = signer
+        self.samlSigner = samlSigner
         self.issuer = issuer
         self.callGate = callGate
         self.usage = usage
@@ -178,7 +180,8 @@ public final class OAuth2Broker: Sendable {
                 throw OAuth2Error(.refused, detail: "the \(settings.grant.rawValue) grant has no propagation settings")
             }
             parameters = try await PropagationGrant.parameters(
-                propagation, grant: settings.grant, identity: identity, signer: signer, issuer: issuer, scopes: settings.scopes,
+                propagation, grant: settings.grant, identity: identity, signer: signer, samlSigner: samlSigner, issuer: issuer,
+                scopes: settings.scopes,
                 now: clock.now)
         }
         try admitCall(key)

@@ -218,12 +218,30 @@ public final class ParleySigningKeys: Sendable {
     }
 }
 
+/// What a SAML 2.0 bearer assertion says, and the key that signs it.
+public struct SAMLAssertionRequest: Sendable {
+    public let issuer: String
+    public let nameID: String
+    public let nameIDFormat: String
+    public let audience: String
+    public let recipient: String
+    /// Seconds since 1970.
+    public let issuedAt: Int64
+    /// The signing key's PEM file (never logged or shown).
+    public let privateKeyPEM: [UInt8]
+    public let ecdsa: Bool
+}
+
+/// Signs a SAML assertion (libxmlsec1, in the SAMLIdentity target): handed in by the server,
+/// so that this target never loads libxml2's headers beside Foundation.
+public typealias SAMLAssertionSigning = @Sendable (SAMLAssertionRequest) throws -> [UInt8]
+
 /// What a propagation grant sends to the token endpoint for a user.
 enum PropagationGrant {
     /// The form parameters of the grant, or why the user cannot be spoken for now.
     static func parameters(
         _ propagation: OAuth2Settings.Propagation, grant: OAuth2Settings.Grant, identity: PropagatedIdentity?,
-        signer: ParleySigningKeys?, issuer: String, scopes: [String], now: Date
+        signer: ParleySigningKeys?, samlSigner: SAMLAssertionSigning? = nil, issuer: String, scopes: [String], now: Date
     ) async throws -> [(String, String)] {
         guard let identity else {
             throw OAuth2Error(.identityTokenExpired, detail: "this registration holds no identity token; renew it with PUT /v1/registrations/me/identity")
@@ -254,14 +272,16 @@ enum PropagationGrant {
             guard let key = signer.samlSigningEntry else {
                 throw OAuth2Error(.refused, detail: "no signing key of Parley's has a certificate for its SAML assertion")
             }
+            guard let samlSigner else { throw OAuth2Error(.refused, detail: "Parley cannot sign SAML assertions in this process") }
             let xml: [UInt8]
-            switch SAMLAssertionIssuing.sign(
-                issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
-                recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down)),
-                privateKeyPEM: key.pem, ecdsa: key.algorithm == .es256)
-            {
-            case .success(let signed): xml = signed
-            case .failure(let reason): throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(reason)")
+            do {
+                xml = try samlSigner(
+                    SAMLAssertionRequest(
+                        issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
+                        recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down)),
+                        privateKeyPEM: key.pem, ecdsa: key.algorithm == .es256))
+            } catch {
+                throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(error)")
             }
             parameters = [("grant_type", OAuth2Settings.Propagation.saml2BearerGrantType), ("assertion", Base64URL.encode(xml))]
         case .jwtBearer:

@@ -366,6 +366,8 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         state.record("POST /oauth/token")
         let parsed = try await formParameters(request)
         let grantType = (try? parsed.get())?["grant_type"] ?? "none"
+        // The SAML bearer assertion's signature is checked first, by xmlsec1 (as pysaml2 does).
+        let samlSignature = grantType == saml2BearerGrant ? await samlSignatureCheck((try? parsed.get())?["assertion"], oauth) : nil
         let (delay, failure) = oauth.beginTokenCall(grant: grantType)
         if delay > .zero { try await Task.sleep(for: delay) }
         if let failure {
@@ -414,7 +416,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                         clientID: client.id, subject: username, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
                     return .success(oauth.issueTokens(for: grant, withRefreshToken: true, lifetime: lifetime, now: now))
                 case saml2BearerGrant:
-                    return samlBearerGrant(form: form, client: client, configuration, state, oauth).map { grant in
+                    return samlBearerGrant(form: form, signature: samlSignature, client: client, configuration, state).map { grant in
                         oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now)
                     }
                 case tokenExchangeGrant, jwtBearerGrant:
@@ -527,26 +529,69 @@ let tokenExchangeGrant = "urn:ietf:params:oauth:grant-type:token-exchange"
 let jwtBearerGrant = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 let saml2BearerGrant = "urn:ietf:params:oauth:grant-type:saml2-bearer"
 
-/// RFC 7522, as an authorization server checks it: `assertion` is base64url of one SAML 2.0
-/// `Assertion` whose XML signature verifies with a certificate trusted by
-/// `POST /sim/oauth/trust-saml-metadata` (read with Parley's own `SAMLIdentityReader`, the
-/// assertion placed in a successful `Response`), whose `Audience` is this server's issuer,
-/// whose bearer `SubjectConfirmationData` names the token endpoint as `Recipient` and has not
+/// The outcome of the XML signature check of a SAML bearer assertion, and its XML.
+private enum SAMLSignatureOutcome {
+    case verified(xml: String)
+    case refused(String)
+}
+
+/// RFC 7522's signature check, as pysaml2 makes it: `assertion` is base64url of one SAML 2.0
+/// `Assertion`, and Debian's `xmlsec1` verifies its signature with one of the certificates
+/// trusted by `POST /sim/oauth/trust-saml-metadata` (the `ID` attribute of `Assertion` as the
+/// reference target). xmlsec1 runs as a child process the handler awaits without blocking a thread.
+private func samlSignatureCheck(_ encoded: String?, _ oauth: OAuthState) async -> SAMLSignatureOutcome {
+    guard let encoded else { return .refused("assertion is missing") }
+    guard let bytes = Base64.decode(encoded), bytes.count <= 256 * 1024 else { return .refused("assertion is not base64url") }
+    let xml = String(decoding: bytes, as: UTF8.self)
+    oauth.noteAssertion(xml, grant: "saml2_bearer")
+    let certificates = oauth.trustedSAMLCertificates
+    guard !certificates.isEmpty else { return .refused("no certificate is trusted for SAML assertions") }
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sim-saml-" + SecureRandom.token(byteCount: 8))
+    defer { try? FileManager.default.removeItem(at: folder) }
+    do {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try Data(bytes).write(to: folder.appendingPathComponent("assertion.xml"))
+        for (index, certificate) in certificates.enumerated() {
+            let path = folder.appendingPathComponent("cert\(index).pem")
+            try Data(certificate.utf8).write(to: path)
+            let status = await runProcess(
+                "/usr/bin/xmlsec1",
+                ["--verify", "--pubkey-cert-pem", path.path, "--id-attr:ID", "urn:oasis:names:tc:SAML:2.0:assertion:Assertion",
+                 folder.appendingPathComponent("assertion.xml").path])
+            if status == 0 { return .verified(xml: xml) }
+        }
+    } catch {
+        return .refused("the assertion could not be written for xmlsec1")
+    }
+    return .refused("xmlsec1 verifies it with no trusted certificate")
+}
+
+/// A child process's exit status (-1 when it cannot start); awaited, not waited for on a thread.
+private func runProcess(_ executable: String, _ arguments: [String]) async -> Int32 {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Int32, Never>) in
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+        do { try process.run() } catch { continuation.resume(returning: -1) }
+    }
+}
+
+/// RFC 7522's other checks, once the signature verified: the `Audience` is this server's issuer,
+/// the bearer `SubjectConfirmationData` names the token endpoint as `Recipient` and has not
 /// expired. The token is the `NameID`'s.
 private func samlBearerGrant(
-    form: OAuthParameters, client: OAuthClient, _ configuration: SimulatorConfiguration, _ state: SimulatorState, _ oauth: OAuthState
+    form: OAuthParameters, signature: SAMLSignatureOutcome?, client: OAuthClient, _ configuration: SimulatorConfiguration,
+    _ state: SimulatorState
 ) -> Result<OAuthGrant, OAuthError> {
-    guard let encoded = form["assertion"] else { return .failure(OAuthError(.invalidRequest, "assertion is missing")) }
-    guard let bytes = Base64.decode(encoded), bytes.count <= 256 * 1024 else {
-        return .failure(OAuthError(.invalidGrant, "assertion is not base64url"))
-    }
-    var xml = String(decoding: bytes, as: UTF8.self)
-    oauth.noteAssertion(xml, grant: "saml2_bearer")
-    if xml.hasPrefix("<?xml"), let end = xml.range(of: "?>") { xml = String(xml[end.upperBound...]) }
-    let nameID: String
-    switch SAMLBearerVerification.check(xml, trusting: oauth.trustedSAMLCertificates) {
-    case .verified(let verified): nameID = verified
-    case .refused(let reason): return .failure(OAuthError(.invalidGrant, "the assertion does not verify: \(reason)"))
+    let xml: String
+    switch signature {
+    case .verified(let verified)?: xml = verified
+    case .refused(let reason)?: return .failure(OAuthError(.invalidGrant, "the assertion does not verify: \(reason)"))
+    case nil: return .failure(OAuthError(.invalidGrant, "the assertion was not checked"))
     }
     func first(_ pattern: String) -> String? {
         guard let expression = try? NSRegularExpression(pattern: pattern),
@@ -556,6 +601,9 @@ private func samlBearerGrant(
         return String(xml[range])
     }
     let me = issuer(configuration, state)
+    guard let nameID = first("<(?:[A-Za-z0-9_]+:)?NameID[^>]*>([^<]+)</"), !nameID.isEmpty else {
+        return .failure(OAuthError(.invalidGrant, "the assertion names nobody"))
+    }
     guard first("<(?:[A-Za-z0-9_]+:)?Audience>([^<]*)</") == me else {
         return .failure(OAuthError(.invalidGrant, "the assertion's Audience is not this authorization server"))
     }

@@ -102,7 +102,7 @@ func compose(
     let usage = TokenUsage()
     let broker = OAuth2Broker(
         store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics), callGate: limits, usage: usage,
-        signer: configuration.keys.signingKeys, issuer: configuration.server.publicURL, logger: logger)
+        signer: configuration.keys.signingKeys, samlSigner: SAMLAssertionIssuing.sign, issuer: configuration.server.publicURL, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)

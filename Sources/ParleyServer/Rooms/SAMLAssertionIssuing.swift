@@ -1,0 +1,15 @@
+// No Foundation in this file: SAMLIdentity's C module (libxml2, whose headers include the
+// system ICU) and Foundation's own ICU are kept out of one compilation (UErrorCode); every
+// other use of SAMLIdentity here sits in a file like this one (FlowKinds/SAML2Flow.swift).
+import AuthFlows
+import SAMLIdentity
+
+/// Parley's SAML assertions for `saml2_bearer` (AuthFlows' broker calls it).
+enum SAMLAssertionIssuing {
+    static let sign: SAMLAssertionSigning = { request in
+        let fields = SAMLAssertionSigner.Fields(
+            issuer: request.issuer, nameID: request.nameID, nameIDFormat: request.nameIDFormat, audience: request.audience,
+            recipient: request.recipient, issuedAt: request.issuedAt)
+        return try SAMLAssertionSigner.sign(fields, privateKeyPEM: request.privateKeyPEM, algorithm: request.ecdsa ? .ecdsaSHA256 : .rsaSHA256)
+    }
+}
