@@ -1,4 +1,4 @@
-public import Conversation
+import Conversation
 public import Foundation
 import JWTKit
 import ParleyCrypto

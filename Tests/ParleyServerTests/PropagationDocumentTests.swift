@@ -16,10 +16,8 @@ import UpstreamSimulator
         do {
             _ = try DestinationsDocument.read(Self.providers + "\ndestinations:\n" + destinations)
             return []
-        } catch let error as DestinationSpec.Invalid {
-            return error.problems
         } catch {
-            return ["\(error)"]
+            return error.problems
         }
     }
 
