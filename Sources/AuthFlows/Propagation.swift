@@ -64,7 +64,15 @@ public final class ParleySigningKeys: Sendable {
 
     public let entries: [Entry]
 
-    private init(entries: [Entry]) { self.entries = entries }
+    /// The public keys as a JWK Set (RFC 7517), JSON with sorted keys; written once, served as is.
+    public let jwks: [UInt8]
+
+    private init(entries: [Entry]) {
+        self.entries = entries
+        let document = ["keys": entries.map(\.jwk)]
+        jwks = (try? Array(JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .withoutEscapingSlashes])))
+            ?? Array(#"{"keys":[]}"#.utf8)
+    }
 
     /// The kid that signs.
     public var signingKid: String { entries.first?.kid ?? "" }
@@ -141,7 +149,7 @@ public final class ParleySigningKeys: Sendable {
         }.joined(separator: "\n")
         return """
             <?xml version="1.0" encoding="UTF-8"?>
-            <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" xmlns:ds="http://www.w3.org/2000/09/xmldsig#" entityID="\(Self.xmlEscaped(entityID))">
+            <md:EntityDescriptor xmlns:md="urn:oasis:names:tc:SAML:2.0:metadata" xmlns:ds="http://www.w3.org/2000/09/xmldsig#" entityID="\(XMLText.escaped(entityID))">
               <md:IDPSSODescriptor protocolSupportEnumeration="urn:oasis:names:tc:SAML:2.0:protocol">
             \(descriptors)
               </md:IDPSSODescriptor>
@@ -152,12 +160,6 @@ public final class ParleySigningKeys: Sendable {
 
     /// The key that signs SAML assertions: the first with a certificate (the one the metadata publishes).
     var samlSigningEntry: Entry? { entries.first(where: { $0.certificateDER != nil }) }
-
-    /// The public keys as a JWK Set (RFC 7517), JSON with sorted keys.
-    public var jwks: [UInt8] {
-        let document = ["keys": entries.map(\.jwk)]
-        return (try? Array(JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .withoutEscapingSlashes]))) ?? Array(#"{"keys":[]}"#.utf8)
-    }
 
     /// A JWT bearer assertion (RFC 7523 §3) Parley signs for a user with its first key.
     public func assertion(issuer: String, subject: String, audience: String, now: Date, lifetime: TimeInterval = 300) async throws -> String {
@@ -178,22 +180,6 @@ public final class ParleySigningKeys: Sendable {
         var header = JWTHeader()
         header.typ = "JWT"
         return try await keys.sign(claims, kid: kid, header: header)
-    }
-
-    /// Attribute values of the metadata: the five XML specials escaped, control characters dropped.
-    static func xmlEscaped(_ text: String) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&apos;"
-            default: if scalar.value >= 0x20, scalar.value != 0x7F { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out
     }
 
     private static func isKidByte(_ b: UInt8) -> Bool {

@@ -1,4 +1,5 @@
 internal import CXMLSec
+import ParleyEncoding
 
 /// A SAML 2.0 assertion Parley issues for a user and signs with its own key: what an OAuth2
 /// SAML bearer grant (RFC 7522) sends as `assertion`. Enveloped signature over the assertion
@@ -74,7 +75,7 @@ public enum SAMLAssertionSigner {
         let until = timestamp(f.issuedAt + f.lifetime)
         return """
             <saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="\(id)" Version="2.0" IssueInstant="\(issued)">\
-            <saml:Issuer>\(escaped(f.issuer))</saml:Issuer>\
+            <saml:Issuer>\(XMLText.escaped(f.issuer))</saml:Issuer>\
             <ds:Signature xmlns:ds="http://www.w3.org/2000/09/xmldsig#"><ds:SignedInfo>\
             <ds:CanonicalizationMethod Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/>\
             <ds:SignatureMethod Algorithm="\(algorithm.uri)"/>\
@@ -83,11 +84,11 @@ public enum SAMLAssertionSigner {
             <ds:Transform Algorithm="http://www.w3.org/2001/10/xml-exc-c14n#"/></ds:Transforms>\
             <ds:DigestMethod Algorithm="http://www.w3.org/2001/04/xmlenc#sha256"/><ds:DigestValue></ds:DigestValue></ds:Reference>\
             </ds:SignedInfo><ds:SignatureValue></ds:SignatureValue></ds:Signature>\
-            <saml:Subject><saml:NameID Format="\(escaped(f.nameIDFormat))">\(escaped(f.nameID))</saml:NameID>\
+            <saml:Subject><saml:NameID Format="\(XMLText.escaped(f.nameIDFormat))">\(XMLText.escaped(f.nameID))</saml:NameID>\
             <saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer">\
-            <saml:SubjectConfirmationData NotOnOrAfter="\(until)" Recipient="\(escaped(f.recipient))"/></saml:SubjectConfirmation></saml:Subject>\
+            <saml:SubjectConfirmationData NotOnOrAfter="\(until)" Recipient="\(XMLText.escaped(f.recipient))"/></saml:SubjectConfirmation></saml:Subject>\
             <saml:Conditions NotBefore="\(issued)" NotOnOrAfter="\(until)"><saml:AudienceRestriction>\
-            <saml:Audience>\(escaped(f.audience))</saml:Audience></saml:AudienceRestriction></saml:Conditions>\
+            <saml:Audience>\(XMLText.escaped(f.audience))</saml:Audience></saml:AudienceRestriction></saml:Conditions>\
             <saml:AuthnStatement AuthnInstant="\(issued)"><saml:AuthnContext>\
             <saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:unspecified</saml:AuthnContextClassRef>\
             </saml:AuthnContext></saml:AuthnStatement></saml:Assertion>
@@ -110,25 +111,5 @@ public enum SAMLAssertionSigner {
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
         func two(_ n: Int64) -> String { n < 10 ? "0\(n)" : "\(n)" }
         return "\(year)-\(two(month))-\(two(day))T\(two(rest / 3600)):\(two(rest % 3600 / 60)):\(two(rest % 60))Z"
-    }
-
-    /// Text and attribute values: the five XML specials escaped; control characters (which
-    /// XML 1.0 cannot carry) dropped.
-    static func escaped(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&apos;"
-            case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
-            default:
-                if scalar.value >= 0x20, scalar.value != 0x7F, scalar.value != 0xFFFE, scalar.value != 0xFFFF { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out
     }
 }
