@@ -33,8 +33,15 @@ public struct Destination: Sendable {
     /// The claim of the registration's identity token that a flow's signed-in identity is compared
     /// with, case-insensitively (`identity: {match: …}`, default `sub`).
     public let identityMatchClaim: String
+    /// Whether an agent's JWT access token creates its (user, client) registration on first use
+    /// (`registration: {implicit: true}`).
+    public let implicitRegistrations: Bool
+    /// The scopes an agent's access token must carry for this destination (`registration.scopes`).
+    public let agentScopes: [String]
     /// Whether upstream requests carry W3C trace context (`traceparent`, `tracestate`) when traces are on.
     public let propagateTraceContext: Bool
+    /// Calls that need an interactive sign-in at most so old (`stepUp`).
+    public let stepUpRules: [StepUpRule]
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
@@ -72,6 +79,8 @@ public struct Destination: Sendable {
         registrationPolicy = policy
         identityRequired = spec.registration?.identity == "required"
         identityMatchClaim = spec.identity?.match ?? "sub"
+        implicitRegistrations = spec.registration?.implicit ?? false
+        agentScopes = spec.registration?.scopes ?? []
         name = spec.name
         displayName = spec.displayName ?? spec.name
         self.baseURL = baseURL
@@ -87,6 +96,40 @@ public struct Destination: Sendable {
         otp = spec.otp.map(OTPSettings.init(spec:))
         self.oauth2 = oauth2
         propagateTraceContext = spec.propagateTraceContext ?? false
+        stepUpRules = (spec.stepUp ?? []).map {
+            StepUpRule(
+                methods: Set(($0.methods ?? []).map { $0.uppercased() }), pathPrefix: $0.pathPrefix.lowercased(),
+                maxAge: .milliseconds(Int64(($0.maxAgeSeconds * 1000).rounded())))
+        }
+    }
+
+    /// The first step-up rule that covers a call (its method, and its path below the destination
+    /// URL, query and all); nil when none does.
+    public func stepUpRule(method: String, path: String) -> StepUpRule? {
+        stepUpRules.first { $0.covers(method: method, path: path) }
+    }
+}
+
+/// A call that needs a recent interactive sign-in: its methods (empty: all) and path prefix,
+/// and how old the registration's last sign-in may be.
+public struct StepUpRule: Sendable, Equatable {
+    public let methods: Set<String>
+    /// Lower-cased: paths are compared without case, so `/API/Pay` cannot pass for `/api/pay`
+    /// on an upstream that does not care (SAP's ICF does not).
+    public let pathPrefix: String
+    public let maxAge: Duration
+
+    /// Whether the rule covers `method` on `path` (what follows the destination URL, query
+    /// included): the prefix ends at a segment boundary (`/api/pay` covers `/api/pay`,
+    /// `/api/pay/1`, `/api/pay?x` and `/api/pay;p` (a path parameter servlet containers drop),
+    /// not `/api/payroll`).
+    public func covers(method: String, path: String) -> Bool {
+        guard methods.isEmpty || methods.contains(method.uppercased()) else { return false }
+        let lowered = path.lowercased()
+        guard lowered.hasPrefix(pathPrefix) else { return false }
+        if pathPrefix.hasSuffix("/") { return true }
+        let rest = lowered.dropFirst(pathPrefix.count)
+        return rest.isEmpty || rest.first == "/" || rest.first == "?" || rest.first == ";"
     }
 }
 
@@ -170,16 +213,40 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var identity: Identity?
     /// Send `traceparent`/`tracestate` to this upstream (default false: trace ids stay inside).
     public var propagateTraceContext: Bool?
+    /// Calls that need a recent interactive sign-in.
+    public var stepUp: [StepUp]?
+
+    public struct StepUp: Sendable, Decodable, Equatable {
+        /// The methods the rule covers (default: every method).
+        public var methods: [String]?
+        /// The path below the destination URL the rule covers (with everything under it).
+        public var pathPrefix: String
+        public var maxAgeSeconds: Double
+        public init(methods: [String]? = nil, pathPrefix: String, maxAgeSeconds: Double) {
+            self.methods = methods
+            self.pathPrefix = pathPrefix
+            self.maxAgeSeconds = maxAgeSeconds
+        }
+    }
 
     public struct Registration: Sendable, Decodable, Equatable {
         public var policy: String?
         public var enrolmentSecretSha256: String?
         /// `required`: every registration carries a valid identity token; `optional` (the default).
         public var identity: String?
-        public init(policy: String? = nil, enrolmentSecretSha256: String? = nil, identity: String? = nil) {
+        /// Agents: a JWT access token of a listed identity provider for Parley's resource creates
+        /// the registration of its (user, client) on first use.
+        public var implicit: Bool?
+        /// The scopes an agent's access token must carry to use the destination (every one of them).
+        public var scopes: [String]?
+        public init(
+            policy: String? = nil, enrolmentSecretSha256: String? = nil, identity: String? = nil, implicit: Bool? = nil, scopes: [String]? = nil
+        ) {
             self.policy = policy
             self.enrolmentSecretSha256 = enrolmentSecretSha256
             self.identity = identity
+            self.implicit = implicit
+            self.scopes = scopes
         }
     }
 
@@ -437,6 +504,40 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
                     "\(label): registration.identity is required, but oauth2 sign-ins name nobody without oauth2.jwksUri or oauth2.userinfoEndpoint")
             }
         }
+        if registration?.implicit == true {
+            // An agent's registration exists the moment its token is shown: nobody could approve it or bring a secret first.
+            if policy != .open {
+                problems.append("\(label): registration.implicit registrations are created on first use, so registration.policy must be open")
+            }
+            if let settings, settings.propagation != nil {
+                problems.append(
+                    "\(label): registration.implicit does not yet combine with oauth2.grant \(settings.grant.rawValue) (an agent's access token is not kept as an identity token)")
+            }
+        }
+        for scope in registration?.scopes ?? [] where scope.isEmpty || scope.utf8.count > 200 || !scope.utf8.allSatisfy(isScopeByte) {
+            problems.append("\(label): registration.scopes must be OAuth scope tokens of 1 to 200 bytes (printable ASCII without spaces, '\"' or '\\')")
+        }
+        if registration?.scopes != nil, registration?.implicit != true {
+            problems.append("\(label): registration.scopes is what an agent's access token must carry, so it needs registration.implicit: true")
+        }
+        for (index, rule) in (stepUp ?? []).enumerated() {
+            let at = "\(label): stepUp[\(index)]"
+            if !rule.pathPrefix.hasPrefix("/") || rule.pathPrefix.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
+                problems.append("\(at).pathPrefix must be a path starting with '/', without spaces or control characters")
+            }
+            if !rule.maxAgeSeconds.isFinite || rule.maxAgeSeconds < 0 || rule.maxAgeSeconds > 31_536_000 {
+                problems.append("\(at).maxAgeSeconds must be a number of seconds from 0 to 31536000")
+            }
+            for method in rule.methods ?? [] where method.isEmpty || !method.utf8.allSatisfy({ isNameByte($0) && $0 != UInt8(ascii: ".") }) {
+                problems.append("\(at).methods must be HTTP method names, got '\(method.prefix(40))'")
+            }
+        }
+        // A step-up asks a person to sign in again: the destination needs a sign-in a person can do.
+        if stepUp?.isEmpty == false {
+            if !(settings?.grant == .authorizationCode || saml2 != nil || basic?.form == true) {
+                problems.append("\(label): stepUp needs a sign-in a person does (oauth2 authorization_code, saml2, or basic with form: true)")
+            }
+        }
         // A propagation grant speaks for the registration's verified user: without one it has nobody to speak for.
         if let settings, settings.propagation != nil, registration?.identity != "required" {
             problems.append("\(label): oauth2.grant \(settings.grant.rawValue) speaks for a verified user, so it needs registration: {identity: required}")
@@ -444,6 +545,11 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         guard problems.isEmpty else { throw Invalid(problems: problems) }
         return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)
     }
+}
+
+/// RFC 6749 §3.3: `scope-token = 1*( %x21 / %x23-5B / %x5D-7E )`.
+private func isScopeByte(_ b: UInt8) -> Bool {
+    b == 0x21 || (0x23...0x5B).contains(b) || (0x5D...0x7E).contains(b)
 }
 
 private func isNameByte(_ b: UInt8) -> Bool {

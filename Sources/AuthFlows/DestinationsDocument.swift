@@ -76,6 +76,9 @@ public enum DestinationsDocument {
             for spec in contents.destinations where spec.registration?.identity == "required" {
                 problems.append("destination '\(spec.name)': registration.identity is required, but the file lists no identityProviders")
             }
+            for spec in contents.destinations where spec.registration?.implicit == true {
+                problems.append("destination '\(spec.name)': registration.implicit takes agents' access tokens, but the file lists no identityProviders to issue them")
+            }
         }
         guard problems.isEmpty else { throw DestinationSpec.Invalid(problems: problems) }
         return Checked(destinations: destinations, identityProviders: providers)

@@ -25,6 +25,24 @@ public struct VerifiedIdentity: Sendable, Equatable {
     }
 }
 
+/// An agent's access token (RFC 9068) once every check passed: whose it is, which client it
+/// was issued to, who acts for the user (`act.sub`, RFC 8693), and its scopes.
+public struct AccessTokenIdentity: Sendable, Equatable {
+    public let identity: VerifiedIdentity
+    /// `client_id`, else `azp`.
+    public let client: String
+    public let actor: String?
+    /// `scope` (space-separated) and `scp` (string or array) together.
+    public let scopes: Set<String>
+
+    public init(identity: VerifiedIdentity, client: String, actor: String?, scopes: Set<String>) {
+        self.identity = identity
+        self.client = client
+        self.actor = actor
+        self.scopes = scopes
+    }
+}
+
 /// Why an identity token was refused: which check failed. `detail` is for the client's problem
 /// and the log; it never carries the token or any part of it.
 public struct IdentityTokenError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -48,6 +66,8 @@ public struct IdentityTokenError: Error, Sendable, Equatable, CustomStringConver
         case notYetValid = "not_yet_valid"
         /// `exp`, or the provider's user claim, is missing or not of its type.
         case missingClaim = "missing_claim"
+        /// An access token whose `typ` is not `at+jwt` (RFC 9068), e.g. an ID token.
+        case tokenType = "token_type"
     }
 
     public let check: Check
@@ -105,6 +125,46 @@ public final class IdentityTokenVerifier: Sendable {
 
     /// The verified identity the token carries, or the check it failed.
     public func verify(_ token: String) async throws(IdentityTokenError) -> VerifiedIdentity {
+        let (parsed, provider) = try await verifiedSignature(token)
+        return try check(parsed.claims, provider: provider)
+    }
+
+    /// An agent's access token (RFC 9068): signed by a listed provider, of type `at+jwt`, for
+    /// one of `resources` (its `aud`: one resource identifier, written any way it may be), naming
+    /// the user and the client it was issued to, with its scopes. An ID token or a token for
+    /// another resource is refused, whatever else it carries.
+    public func verifyAccessToken(_ token: String, resources: [String]) async throws(IdentityTokenError) -> AccessTokenIdentity {
+        let (parsed, provider) = try await verifiedSignature(token)
+        // RFC 9068 §4: `typ` must be `at+jwt` (media type `application/at+jwt`), so that an ID
+        // token of the same provider cannot be passed off as an access token.
+        guard let type = parsed.header["typ"]?.string?.lowercased(), type == "at+jwt" || type == "application/at+jwt" else {
+            throw IdentityTokenError(.tokenType, "the access token's type ('typ') is not at+jwt (RFC 9068)")
+        }
+        let identity = try check(parsed.claims, provider: provider, audiences: resources)
+        guard let client = parsed.claims["client_id"]?.string ?? parsed.claims["azp"]?.string, !client.isEmpty, client.utf8.count <= 512 else {
+            throw IdentityTokenError(.missingClaim, "the access token has no string 'client_id' (or 'azp') naming its client")
+        }
+        var actor: String?
+        if let act = parsed.claims["act"] {
+            guard case .object(let members) = act, let sub = members["sub"]?.string, !sub.isEmpty else {
+                throw IdentityTokenError(.malformed, "the access token's 'act' is not an object with a string 'sub' (RFC 8693 §4.1)")
+            }
+            actor = String(sub.prefix(512))
+        }
+        var scopes: Set<String> = []
+        for name in ["scope", "scp"] {
+            switch parsed.claims[name] {
+            case .string(let list)?: scopes.formUnion(list.split(separator: " ").map(String.init))
+            case .strings(let list)?: scopes.formUnion(list)
+            default: break
+            }
+        }
+        return AccessTokenIdentity(identity: identity, client: client, actor: actor, scopes: scopes)
+    }
+
+    /// The parsed token and its provider, once its algorithm is accepted and its signature
+    /// verifies with a key the provider publishes.
+    private func verifiedSignature(_ token: String) async throws(IdentityTokenError) -> (ParsedToken, IdentityProvider) {
         guard token.utf8.count <= Self.maxTokenBytes else {
             throw IdentityTokenError(.tooLarge, "the identity token is larger than \(Self.maxTokenBytes) bytes")
         }
@@ -129,11 +189,14 @@ public final class IdentityTokenVerifier: Sendable {
             valid = false
         }
         guard valid else { throw IdentityTokenError(.signature, "the identity token's signature does not verify with the issuer's key") }
-        return try check(parsed.claims, provider: provider)
+        return (parsed, provider)
     }
 
     /// The claims of a token whose signature verified.
-    func check(_ claims: [String: ClaimValue], provider: IdentityProvider) throws(IdentityTokenError) -> VerifiedIdentity {
+    /// `audiences`: what `aud` must name one of (default: the provider's audiences).
+    func check(
+        _ claims: [String: ClaimValue], provider: IdentityProvider, audiences expected: [String]? = nil
+    ) throws(IdentityTokenError) -> VerifiedIdentity {
         guard claims["iss"]?.string == provider.issuer else {
             throw IdentityTokenError(.unknownIssuer, "the identity token's issuer ('iss') is not one of the identity providers Parley trusts")
         }
@@ -143,7 +206,7 @@ public final class IdentityTokenVerifier: Sendable {
         case .strings(let many)?: audiences = many
         default: audiences = []
         }
-        guard audiences.contains(where: provider.audiences.contains) else {
+        guard audiences.contains(where: (expected ?? provider.audiences).contains) else {
             throw IdentityTokenError(.audience, "the identity token's audience ('aud') names none of the provider's audiences")
         }
         let now = clock.now.timeIntervalSince1970
@@ -366,6 +429,8 @@ enum ClaimValue: Decodable, Equatable {
     case strings([String])
     case number(Double)
     case bool(Bool)
+    /// A JSON object (`act`, RFC 8693), one level read the same way.
+    case object([String: ClaimValue])
     case other
 
     var string: String? {
@@ -385,6 +450,8 @@ enum ClaimValue: Decodable, Equatable {
             self = .string(value)
         } else if let value = try? c.decode([String].self) {
             self = .strings(value)
+        } else if decoder.codingPath.count < 2, let value = try? c.decode([String: ClaimValue].self) {
+            self = .object(value)
         } else {
             self = .other
         }

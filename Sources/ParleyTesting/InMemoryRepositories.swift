@@ -24,6 +24,25 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func find(id: UUID) async throws -> RegistrationRecord? { rows.withLock { $0[id]?.record } }
 
+    public func insertAgent(_ registration: RegistrationRecord, clientTokenHash: [UInt8]) async throws -> RegistrationRecord {
+        rows.withLock { rows in
+            if let existing = rows.values.first(where: { Self.key(of: $0.record) == Self.key(of: registration) && $0.record.client != nil }) {
+                return existing.record
+            }
+            rows[registration.id] = (registration, clientTokenHash)
+            return registration
+        }
+    }
+
+    public func find(agent: AgentKey) async throws -> RegistrationRecord? {
+        rows.withLock { rows in rows.values.first { Self.key(of: $0.record) == agent }?.record }
+    }
+
+    private static func key(of record: RegistrationRecord) -> AgentKey? {
+        guard let user = record.user, let client = record.client else { return nil }
+        return AgentKey(destination: record.destination, issuer: user.issuer, subject: user.subject, client: client)
+    }
+
     public func activate(id: UUID, appcidSealed: [UInt8]?) async throws {
         rows.withLock {
             $0[id]?.record.status = .active
@@ -34,6 +53,7 @@ public final class InMemoryRegistrations: RegistrationRepository {
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
+    public func setSignedIn(id: UUID, at: Date) async throws { rows.withLock { $0[id]?.record.signedInAt = at } }
     public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.identityTokenSealed = sealed } }
 
     public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {
@@ -201,6 +221,7 @@ public final class InMemoryAdministration: AdministrationRepository {
         let sorted = registrations.all
             .filter { (q.destination == nil || $0.destination == q.destination) && (q.userHint == nil || $0.userHint == q.userHint) }
             .filter { (q.issuer == nil || $0.user?.issuer == q.issuer) && (q.subject == nil || $0.user?.subject == q.subject) }
+            .filter { q.client == nil || $0.client == q.client }
             .map { ($0, RegistrationCursor(createdAtMicros: Self.micros($0.createdAt), id: $0.id)) }
             .sorted { ($0.1.createdAtMicros, $0.1.id.uuidString) > ($1.1.createdAtMicros, $1.1.id.uuidString) }
         let after = sorted.filter { item in
@@ -226,7 +247,9 @@ public final class InMemoryAdministration: AdministrationRepository {
     func matches(_ key: TokenKey, _ f: RevocationFilter) -> Bool {
         let hinted = f.userHint.map { hint in registrations.all.filter { $0.userHint == hint }.map(\.idString) }
         let users = f.user.map { user in registrations.all.filter { Self.isUser($0, user) }.map(\.idString) }
-        return (f.registrationID == nil || key.registrationID == f.registrationID?.uuidString.lowercased())
+        let clients = f.client.map { client in registrations.all.filter { $0.client == client }.map(\.idString) }
+        return (clients == nil || clients?.contains(key.registrationID ?? "") == true)
+            && (f.registrationID == nil || key.registrationID == f.registrationID?.uuidString.lowercased())
             && (f.destination == nil || key.destination == f.destination) && (f.scopeKey == nil || key.scopeKey == f.scopeKey)
             && (hinted == nil || hinted?.contains(key.registrationID ?? "") == true)
             && (users == nil || users?.contains(key.registrationID ?? "") == true)
@@ -242,6 +265,7 @@ public final class InMemoryAdministration: AdministrationRepository {
         return registrations.all.filter { r in
             (f.registrationID == nil || r.id == f.registrationID) && (f.destination == nil || r.destination == f.destination)
                 && (f.userHint == nil || r.userHint == f.userHint) && (f.user.map { Self.isUser(r, $0) } ?? true)
+                && (f.client == nil || r.client == f.client)
         }
     }
 

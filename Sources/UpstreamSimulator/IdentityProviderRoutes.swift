@@ -16,6 +16,10 @@ private struct IdentityTokenRequest: Decodable {
     var claims: [String: String]?
     /// `RS256` (default), `PS256` or `ES256`.
     var alg: String?
+    /// The header's `typ` (`at+jwt` for an RFC 9068 access token); absent by default.
+    var typ: String?
+    /// Further claims of any JSON type (`act`, a `scope` list, …), written as given.
+    var jsonClaims: [String: JSONClaim]?
 
     enum Audience: Decodable {
         case one(String)
@@ -39,6 +43,26 @@ private struct IdentityTokenRequest: Decodable {
     }
 }
 
+/// Any JSON value, read so that it can be written again.
+private struct JSONClaim: Decodable {
+    let value: Any
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if let v = try? c.decode(Bool.self) {
+            value = v
+        } else if let v = try? c.decode(Double.self) {
+            value = Int(exactly: v) ?? v
+        } else if let v = try? c.decode(String.self) {
+            value = v
+        } else if let v = try? c.decode([JSONClaim].self) {
+            value = v.map(\.value)
+        } else {
+            value = try c.decode([String: JSONClaim].self).mapValues(\.value)
+        }
+    }
+}
+
 private struct IdentityTokenAnswer: Encodable {
     let token: String
 }
@@ -50,7 +74,8 @@ private struct IdentityTokenAnswer: Encodable {
 /// - `GET /idp/jwks` — its public keys as a JWK Set: an RSA key (`kid` `sim-rsa-1`, RS256 and
 ///   PS256) and a P-256 key (`kid` `sim-ec-1`, ES256), made when first asked for.
 /// - `POST /control/identity-token` with JSON `{"sub", "aud", "iss"?, "exp"?, "nbf"?, "email"?,
-///   "claims"?, "alg"?}` — `{"token": "<JWT>"}` signed with those keys; `iss` defaults to the
+///   "claims"?, "jsonClaims"?, "alg"?, "typ"?}` — `{"token": "<JWT>"}` signed with those keys (`typ`
+///   `at+jwt` makes an RFC 9068 access token of it; `jsonClaims` adds `act`, `client_id`, …); `iss` defaults to the
 ///   simulator's base URL, `exp` to ten minutes from now, `iat` is now. `400` for a body that is
 ///   not that, or an `alg` other than RS256, PS256, ES256.
 func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
@@ -75,6 +100,7 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
         let now = Date().timeIntervalSince1970.rounded(.down)
         var claims: [String: Any] = [:]
         for (name, value) in input.claims ?? [:] { claims[name] = value }
+        for (name, value) in input.jsonClaims ?? [:] { claims[name] = value.value }
         claims["iss"] = input.iss ?? configuration.idpBaseURL ?? "http://127.0.0.1:\(state.port ?? 0)"
         claims["sub"] = input.sub
         claims["aud"] = input.aud.json
@@ -85,7 +111,8 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
         if let nbf = input.nbf { claims["nbf"] = time(nbf) }
         if let email = input.email { claims["email"] = email }
         do {
-            return SimHTTP.json(IdentityTokenAnswer(token: try keys.token(claims, algorithm: algorithm)))
+            let header: [String: Any] = input.typ.map { ["typ": $0] } ?? [:]
+            return SimHTTP.json(IdentityTokenAnswer(token: try keys.token(claims, algorithm: algorithm, header: header)))
         } catch {
             return SimHTTP.text("signing failed", status: .internalServerError)
         }

@@ -201,6 +201,25 @@ private func issuer(_ configuration: SimulatorConfiguration, _ state: SimulatorS
     configuration.oauthIssuer ?? "http://127.0.0.1:\(state.port ?? 0)"
 }
 
+/// An RFC 9068 access token for `resource` (its `aud`), signed with the demo identity provider's
+/// RSA key (`GET /idp/jwks`) and issued in its name, to the client itself (`sub` = `client_id`).
+private func accessTokenJWT(
+    client: String, resource: String, scope: String?, lifetime: Duration, _ configuration: SimulatorConfiguration, _ state: SimulatorState
+) -> Result<IssuedTokens, OAuthError> {
+    guard let keys = state.identityProvider else { return .failure(OAuthError(.invalidRequest, "the simulator has no signing keys")) }
+    let now = Int(Date().timeIntervalSince1970)
+    let seconds = Int(lifetime.components.seconds)
+    var claims: [String: Any] = [
+        "iss": configuration.idpBaseURL ?? "http://127.0.0.1:\(state.port ?? 0)", "sub": client, "aud": resource, "client_id": client,
+        "iat": now, "exp": now + seconds, "jti": SecureRandom.token(byteCount: 12),
+    ]
+    if let scope { claims["scope"] = scope }
+    guard let token = try? keys.token(claims, header: ["typ": "at+jwt"]) else {
+        return .failure(OAuthError(.invalidRequest, "signing failed"))
+    }
+    return .success(IssuedTokens(accessToken: token, refreshToken: nil, expiresIn: seconds, scope: scope))
+}
+
 /// A code for `subject`, answered to the client's redirect URI (`302`).
 private func issueCode(
     _ authorization: AuthorizationRequest, subject: String, _ oauth: OAuthState, issuer: String, cookie: String? = nil
@@ -300,6 +319,9 @@ private func scopeItems(_ scope: String?) -> Set<Substring> {
 ///   `nonce`, `iat`, `exp` 5 minutes on). Propagation: RFC 8693 token exchange and RFC 7523 JWT
 ///   bearer (`propagationGrant`); the resource endpoints echo such a token's `aud` and `grant`.
 /// - `GET /oauth/jwks` — the `id_token` keys as a JWK Set.
+/// - `GET /.well-known/oauth-authorization-server` — RFC 8414 metadata. A `client_credentials`
+///   request with `resource` (RFC 8707) gets an RFC 9068 JWT access token for that resource,
+///   signed by the demo identity provider (what an agent presents to Parley).
 /// - `GET|POST /oauth/userinfo` — Bearer access token granted with `openid` → `{"sub": …}`;
 ///   `401` + `WWW-Authenticate: Bearer error="invalid_token"` without a valid one, `403`
 ///   `error="insufficient_scope"` without `openid`.
@@ -402,6 +424,10 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                     guard client.isConfidential else {
                         return .failure(OAuthError(.unauthorizedClient, "client_credentials needs a confidential client"))
                     }
+                    if let resource = form["resource"] {
+                        // RFC 8707: a token for that resource, as an RFC 9068 JWT the resource server checks itself.
+                        return accessTokenJWT(client: client.id, resource: resource, scope: form["scope"], lifetime: lifetime, configuration, state)
+                    }
                     let grant = OAuthGrant(
                         clientID: client.id, subject: client.id, scope: form["scope"], grantID: SecureRandom.token(byteCount: 12))
                     return .success(oauth.issueTokens(for: grant, withRefreshToken: false, lifetime: lifetime, now: now))
@@ -470,6 +496,23 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .failure(let error):
             return tokenError(error, request: request)
         }
+    }
+
+    // RFC 8414: where an agent's SDK finds the token endpoint once Parley's protected-resource
+    // metadata named this server.
+    router.get("/.well-known/oauth-authorization-server") { _, _ -> Response in
+        state.record("GET /.well-known/oauth-authorization-server")
+        let base = issuer(configuration, state)
+        let metadata: [String: Any] = [
+            "issuer": base, "authorization_endpoint": base + "/oauth/authorize", "token_endpoint": base + "/oauth/token",
+            "revocation_endpoint": base + "/oauth/revoke", "jwks_uri": base + "/idp/jwks", "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "client_credentials", "refresh_token", "password", tokenExchangeGrant, jwtBearerGrant, saml2BearerGrant],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"], "code_challenge_methods_supported": ["S256"],
+        ]
+        guard let bytes = try? JSONSerialization.data(withJSONObject: metadata, options: [.sortedKeys]) else {
+            return SimHTTP.text("metadata", status: .internalServerError)
+        }
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: Array(bytes))))
     }
 
     router.get("/oauth/jwks") { _, _ -> Response in

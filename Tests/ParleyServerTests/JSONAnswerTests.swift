@@ -25,6 +25,7 @@ import Testing
             "appcid": .optional(appcid), "deviceType": .optional(r.deviceType), "deviceModel": .optional(r.deviceModel),
             "userHint": .optional(r.userHint), "createdAt": .string(RFC3339.format(r.createdAt)), "flow": flow ?? .null,
             "user": r.user.map { .object(["issuer": .string($0.issuer), "subject": .string($0.subject), "verified": .bool($0.verified)]) } ?? .null,
+            "client": .optional(r.client),
         ]
         if let clientToken { object["clientToken"] = .string(clientToken) }
         return .object(object)
@@ -65,6 +66,15 @@ import Testing
         #expect(userText.contains(#""user":{"issuer":"https://idp.example","subject":"Alice","verified":true}"#))
         #expect(!userText.contains("alice@example.com") && !userText.contains("match"))
         #expect(withUser.user?.match == "alice@example.com" && withUser.user?.matches("ALICE@example.COM") == true)
+
+        // An agent's registration names its client; a thin client's says null.
+        var agent = withUser
+        agent.client = "assistant"
+        #expect(
+            try Self.bytes(RegistrationView(agent, appcid: nil, flow: nil))
+                == String(decoding: Self.handBuilt(agent, appcid: nil, flow: nil, clientToken: nil).encoded(), as: UTF8.self))
+        #expect(try Self.bytes(RegistrationView(agent, appcid: nil, flow: nil)).contains(#""client":"assistant""#))
+        #expect(userText.contains(#""client":null"#))
     }
 
     @Test func adminAnswers() throws {

@@ -13,7 +13,9 @@ func bearerToken(_ request: Request) -> String? {
 }
 
 /// A client token → its registration, into `context.registration`; `401 invalid_client_token`
-/// (with `WWW-Authenticate: Bearer`) otherwise. An admin token is not a client token.
+/// (with `WWW-Authenticate: Bearer`) otherwise. An admin token is not a client token. With
+/// `agents`, a JWT in its place is an agent's access token (`AgentAccess`), whose registration
+/// is the (user, client) pair on the destination `Parley-Destination` names.
 /// The shape of hummingbird-auth's `AuthenticatorMiddleware`, with the refusal of
 /// `IsAuthenticatedMiddleware` folded in.
 struct ClientAuthenticator: RouterMiddleware {
@@ -21,11 +23,19 @@ struct ClientAuthenticator: RouterMiddleware {
     let clientTokens: ClientTokens
     /// The proxy path may use a lookup at most 500 ms old.
     let cached: Bool
+    var agents: AgentAccess? = nil
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let token = bearerToken(request), let registration = try await clientTokens.registration(token: token, cached: cached) else {
-            throw Problem.invalidClientToken
+        guard let token = bearerToken(request) else { throw Problem.invalidClientToken }
+        let found: RegistrationRecord?
+        if let agents, AgentAccess.isJWT(token) {
+            found = try await agents.registration(
+                token: token, destinationName: request.headers[HTTPField.Name(AgentAccess.destinationHeader)!], cached: cached,
+                logger: context.logger)
+        } else {
+            found = try await clientTokens.registration(token: token, cached: cached)
         }
+        guard let registration = found else { throw Problem.invalidClientToken }
         var context = context
         context.registration = registration
         context.logger[metadataKey: "registration.id"] = .string(registration.idString)
@@ -81,5 +91,25 @@ struct AdminFailures: Sendable {
         limits.recordFailedAdmin(client: client)
         logger.notice("admin authentication failed", metadata: ["client.address": .string(client)])
         await audit.record(.adminAuthenticationFailed, actor: .system, detail: ["client": client])
+    }
+}
+
+/// Every `401` Parley itself answers on `/v1` names where its protected-resource metadata is
+/// (RFC 9728 §5.1: `WWW-Authenticate: Bearer resource_metadata="…"`), so an agent's SDK can
+/// find the authorization server to get a token from. An upstream's own `401` passed through
+/// the proxy is a response, not an error, and keeps the upstream's header.
+struct ResourceChallenge: RouterMiddleware {
+    typealias Context = ParleyRequestContext
+    let agents: AgentAccess
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            var problem = Problem.from(error)
+            guard problem.status == .unauthorized else { throw error }
+            if problem.headers[.wwwAuthenticate]?.contains("resource_metadata=") != true { problem.headers[.wwwAuthenticate] = agents.challenge() }
+            throw problem
+        }
     }
 }

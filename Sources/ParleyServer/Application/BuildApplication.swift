@@ -130,11 +130,15 @@ func compose(
         ], staging: staging,
         binding: IdentityBinding(registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) }))
     flows.metrics = metrics
+    // One verifier (and one cache of each provider's keys) for identity tokens and agents' access tokens.
+    let identityTokens = IdentityTokenVerifier(providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger)
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
-        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock,
-        identityTokens: IdentityTokenVerifier(
-            providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger))
+        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock, identityTokens: identityTokens)
+    let agents = AgentAccess(
+        resource: configuration.server.resourceIdentifier, publicURL: configuration.server.publicURL, verifier: identityTokens,
+        registrations: d.registrations, cache: clientTokens.agentRegistrations, destinations: configuration.destinations, audit: audit,
+        metrics: metrics, clock: d.clock)
     let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
     let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     let environment = FlowKindEnvironment(
@@ -160,7 +164,7 @@ func compose(
         }
         metrics.set(.spoolBytes, [], Double(spool.usedBytes))
         for (name, statistics) in [
-            ("client_tokens", clientTokens.recent.statistics), ("cookie_jars", cookieCache?.cacheStatistics), ("oauth2_tokens", tokenCache?.cacheStatistics),
+            ("client_tokens", clientTokens.recent.statistics), ("agent_registrations", agents.recent.statistics), ("cookie_jars", cookieCache?.cacheStatistics), ("oauth2_tokens", tokenCache?.cacheStatistics),
         ] {
             guard let statistics else { continue }
             metrics.set(.cacheHits, [("cache", name)], Double(statistics.hits))
@@ -174,7 +178,8 @@ func compose(
 
     let controllers = Controllers(
         operations: OperationsController(
-            readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL),
+            readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL,
+            protectedResourceMetadata: agents.metadata().encoded()),
         registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
@@ -183,7 +188,9 @@ func compose(
             confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL),
             publicOrigin: URLParts(configuration.server.publicURL)?.origin,
             clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }),
-        proxy: ProxyController(conversations: conversations, flows: flows, exchange: exchange),
+        proxy: ProxyController(
+            conversations: conversations, flows: flows, exchange: exchange,
+            stepUp: StepUpGate(registrations: d.registrations, flows: flows, kinds: kinds, clock: d.clock)),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
             inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics)),
@@ -207,7 +214,7 @@ func compose(
         flowRoutes: kinds.routes,
         webHandover: binding.handover.map {
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations)
-        })
+        }, agents: agents)
 
     let routeTable = RouteTable()
     for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })

@@ -118,7 +118,7 @@ public struct ParleyConfiguration: Sendable {
 
 extension ParleyConfiguration {
     /// Where Parley listens and how it is reached: `PARLEY_LISTEN`, `PARLEY_PUBLIC_URL`,
-    /// `PARLEY_WEB_PUBLIC_URL`.
+    /// `PARLEY_WEB_PUBLIC_URL`, `PARLEY_RESOURCE`.
     public struct Server: Sendable {
         public var host: String
         public var port: Int
@@ -129,6 +129,12 @@ extension ParleyConfiguration {
         public var webPublicURL: String? {
             didSet { webPublicURL = webPublicURL.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } }
         }
+        /// Parley's resource identifier (RFC 9728, RFC 8707): the `aud` an agent's access token
+        /// must name (`PARLEY_RESOURCE`); nil: the public URL.
+        public var resource: String?
+
+        /// What an agent's access token must name as its audience.
+        public var resourceIdentifier: String { resource ?? publicURL }
 
         /// Without a public URL, `http://host:port`.
         public init(host: String = "127.0.0.1", port: Int = 8080, publicURL: String? = nil, webPublicURL: String? = nil) {
@@ -151,6 +157,10 @@ extension ParleyConfiguration {
                 }
             }
             self.init(host: host, port: port, publicURL: settings.string("public_url"), webPublicURL: settings.string("web_public_url"))
+            resource = settings.string("resource")
+            if let resource, URLParts(resource) == nil || resource.contains("#") || resource.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
+                settings.report("\(settings.variable("resource")) must be an absolute http(s) URL without fragment or spaces, got '\(resource.prefix(200))'")
+            }
             if URLParts(publicURL) == nil || URLParts(publicURL)?.query != nil {
                 settings.report(
                     "\(settings.variable("public_url")) must be an absolute http(s) URL without query, got '\(publicURL.prefix(200))'")

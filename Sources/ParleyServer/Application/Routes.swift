@@ -18,6 +18,8 @@ struct Controllers: Sendable {
     let flowRoutes: [FlowRoute]
     /// The hand-over to the web origin, when the hosted upstream has one (`PARLEY_WEB_PUBLIC_URL`).
     var webHandover: WebHandoverController? = nil
+    /// Agents' access tokens on `/v1`, and the challenge every `401` there carries.
+    let agents: AgentAccess
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -33,11 +35,15 @@ func addRoutes(
     router.get("/openapi.json", use: c.operations.openAPI)
     router.get("/.well-known/jwks.json", use: c.operations.jwks)
     router.get("/.well-known/saml-metadata.xml", use: c.operations.samlMetadata)
+    router.get("/.well-known/oauth-protected-resource", use: c.operations.protectedResource)
 
-    // Thin clients. Registering needs no token; everything else needs the client token.
-    router.group("/v1/registrations").add(middleware: c.registrationAdmission).post(use: c.registrations.create)
+    // Thin clients. Registering needs no token; everything else needs the client token (or an
+    // agent's access token). Every 401 here names Parley's protected-resource metadata.
+    let challenge = ResourceChallenge(agents: c.agents)
+    router.group("/v1/registrations").add(middleware: challenge).add(middleware: c.registrationAdmission).post(use: c.registrations.create)
     let client = router.group("/v1")
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false))
+        .add(middleware: challenge)
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false, agents: c.agents))
         .group(context: ClientRequestContext.self)
     client.get("registrations/me", use: c.registrations.me)
     client.delete("registrations/me", use: c.registrations.delete)
@@ -47,7 +53,8 @@ func addRoutes(
 
     // The proxy: any forwarded method, the raw target judged by the handler.
     let proxy = router.group("/v1/proxy")
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true))
+        .add(middleware: challenge)
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents))
         .add(middleware: c.proxyAdmission)
         .group(context: ClientRequestContext.self)
     for method in ProxyController.methods {

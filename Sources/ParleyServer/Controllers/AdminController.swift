@@ -7,7 +7,7 @@ struct AdminController: Sendable {
     let service: RegistrationService
     let maxJSONBytes: Int
 
-    /// `GET /admin/v1/registrations?destination=&userHint=&issuer=&subject=&limit=&cursor=`
+    /// `GET /admin/v1/registrations?destination=&userHint=&issuer=&subject=&client=&limit=&cursor=`
     @Sendable func registrations(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let page = try await administration.list(try RegistrationQuery(request.uri.queryParameters), admin: context.admin)
         return try JSONBody.response(.ok, ListPage(items: page.items.map(AdminRegistrationView.init), nextCursor: page.next?.encoded))
@@ -61,19 +61,20 @@ private func pageLimit(_ query: Parameters) throws(InvalidInput) -> Int {
 }
 
 extension RegistrationQuery {
-    /// `?destination=&userHint=&issuer=&subject=&limit=&cursor=`, checked in that order.
+    /// `?destination=&userHint=&issuer=&subject=&client=&limit=&cursor=`, checked in that order.
     init(_ query: Parameters) throws(InvalidInput) {
         let destination = try InvalidInput.checkedText(query.get("destination"), "destination")
         let userHint = try InvalidInput.checkedText(query.get("userHint"), "userHint")
         let issuer = try InvalidInput.checkedText(query.get("issuer"), "issuer")
         let subject = try InvalidInput.checkedText(query.get("subject"), "subject")
+        let client = try InvalidInput.checkedText(query.get("client"), "client")
         let limit = try pageLimit(query)
         var after: RegistrationCursor?
         if let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor") {
             guard let decoded = RegistrationCursor(encoded: cursor) else { throw .cursor }
             after = decoded
         }
-        self.init(destination: destination, userHint: userHint, issuer: issuer, subject: subject, limit: limit, after: after)
+        self.init(destination: destination, userHint: userHint, issuer: issuer, subject: subject, client: client, limit: limit, after: after)
     }
 }
 
@@ -105,6 +106,8 @@ struct RevocationRequest: Decodable, Sendable {
     var scopeKey: String?
     /// Every registration of this user, on every destination.
     var user: User?
+    /// Every registration of this agent client, on every destination.
+    var client: String?
     var upstream: Bool?
 
     struct User: Decodable, Sendable {
@@ -113,7 +116,7 @@ struct RevocationRequest: Decodable, Sendable {
     }
 
     /// The typed revocation: `registrationId` a UUID, the other filters (and the user's
-    /// `issuer` and `subject`) 1 to 2048 bytes without control characters (checked in that order).
+    /// `issuer` and `subject`, and `client`) 1 to 2048 bytes without control characters (checked in that order).
     func revocation() throws(InvalidInput) -> Revocation {
         var filter = RevocationFilter(destination: destination, userHint: userHint, scopeKey: scopeKey)
         if let registrationId {
@@ -128,6 +131,7 @@ struct RevocationRequest: Decodable, Sendable {
             _ = try InvalidInput.checkedText(user.subject, "user.subject")
             filter.user = UserReference(issuer: user.issuer, subject: user.subject)
         }
+        filter.client = try InvalidInput.checkedText(client, "client")
         return Revocation(filter: filter, upstream: upstream == true)
     }
 }

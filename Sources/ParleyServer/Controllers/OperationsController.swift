@@ -11,10 +11,17 @@ struct OperationsController: Sendable {
     var signingKeys: ParleySigningKeys? = nil
     /// The issuer of Parley's assertions and the entity id of its metadata.
     var publicURL: String = ""
+    /// Parley's protected-resource metadata (RFC 9728), serialised once.
+    var protectedResourceMetadata: [UInt8] = []
 
-    /// `GET /.well-known/jwks.json`: the public half of every signing key, so that an
-    /// authorization server trusts Parley's assertions, before and after a rotation. `404`
-    /// when Parley has none.
+    /// `GET /.well-known/oauth-protected-resource` (RFC 9728): Parley's resource identifier and
+    /// the authorization servers (the listed identity providers) whose access tokens it takes.
+    @Sendable func protectedResource(_ request: Request, context: ParleyRequestContext) async throws -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "max-age=300"],
+            body: .init(byteBuffer: ByteBuffer(bytes: protectedResourceMetadata)))
+    }
+
     /// `GET /.well-known/saml-metadata.xml`: the certificates of the signing keys that have one,
     /// as SAML 2.0 metadata whose entity id is the issuer of Parley's assertions (`PARLEY_PUBLIC_URL`).
     /// `404` when no key has a certificate.
@@ -27,6 +34,9 @@ struct OperationsController: Sendable {
             body: .init(byteBuffer: ByteBuffer(string: metadata)))
     }
 
+    /// `GET /.well-known/jwks.json`: the public half of every signing key, so that an
+    /// authorization server trusts Parley's assertions, before and after a rotation. `404`
+    /// when Parley has none.
     @Sendable func jwks(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         guard let signingKeys else { return Problem.notFound("Parley has no signing keys (PARLEY_SIGNING_KEYS)").render() }
         return Response(

@@ -1,5 +1,6 @@
 import AuthFlows
 import Conversation
+import Foundation
 import HTTPTypes
 import Hummingbird
 
@@ -17,11 +18,14 @@ struct ProxyController: Sendable {
     let conversations: Conversations
     let flows: FlowService
     let exchange: UpstreamExchange
+    /// The destinations' `stepUp` rules.
+    var stepUp: StepUpGate? = nil
 
     @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let registration = try context.approvedRegistration()
         let destination = try conversations.destination(of: registration)
         let outgoing = try exchange.outgoing(request, prefix: Self.prefix, destination: destination)
+        if let stepUp, !destination.stepUpRules.isEmpty { try await stepUp.check(outgoing, registration: registration, destination: destination) }
         let result = try await exchange.send(
             outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: destination.requestBodyLimit,
             through: try conversations.manager(for: registration))
@@ -62,5 +66,33 @@ extension Destination {
     /// (the password grant, or Basic with stored credentials): their failures count as failed logins.
     func checksHeldCredentials(_ registration: RegistrationRecord) -> Bool {
         oauth2?.grant == .password || (basic != nil && registration.credentialsSealed != nil)
+    }
+}
+
+/// A destination's `stepUp` rules: a call one covers needs a sign-in at most `maxAgeSeconds`
+/// old. The sign-in time is read from the database for such a call (never from a cache), so a
+/// flow completed on any instance counts at once; other calls cost nothing.
+struct StepUpGate: Sendable {
+    let registrations: any RegistrationRepository
+    let flows: FlowService
+    let kinds: FlowKinds
+    let clock: any WallClock
+
+    /// Throws `401 interaction_required` with a `step_up` flow when a rule covers the call and
+    /// the registration's last sign-in is older than it allows (or there was none).
+    func check(_ outgoing: UpstreamExchange.Outgoing, registration: RegistrationRecord, destination: Destination) async throws {
+        // The path as it goes upstream (decoded, checked and encoded again): what the rule judges.
+        let path = outgoing.url.hasPrefix(destination.baseURL) ? String(outgoing.url.dropFirst(destination.baseURL.count)) : outgoing.url
+        guard let rule = destination.stepUpRule(method: outgoing.method, path: path.isEmpty ? "/" : path) else { return }
+        let current = try await registrations.find(id: registration.id) ?? registration
+        if let signedIn = current.signedInAt {
+            let age = clock.now.timeIntervalSince(signedIn)
+            let allowed = Double(rule.maxAge.components.seconds) + Double(rule.maxAge.components.attoseconds) / 1e18
+            if age >= 0 && age <= allowed { return }
+        }
+        guard let kind = kinds.offered(by: destination).first else {
+            throw Problem(.forbidden, .forbidden, "this call needs a fresh sign-in, and the destination offers none")
+        }
+        throw try await flows.stepUpRequired(kind: kind, scopeKey: kinds[kind]?.scopeKey(for: destination), rule: rule, registration: registration)
     }
 }

@@ -73,6 +73,8 @@ struct RegistrationView: Encodable, Sendable {
     @Nullable var userHint: String?
     /// Whose credentials these are, or `null` until a verified token or a first sign-in says.
     @Nullable var user: UserView?
+    /// The agent's OAuth client, for a registration an agent's access token created; else `null`.
+    @Nullable var client: String?
     let createdAt: Date
     /// The flow a `login_required` registration waits on.
     @Nullable var flow: FlowView?
@@ -87,6 +89,7 @@ struct RegistrationView: Encodable, Sendable {
         deviceModel = record.deviceModel
         userHint = record.userHint
         user = record.user.map(UserView.init)
+        client = record.client
         createdAt = record.createdAt
         self.flow = flow
         self.clientToken = clientToken

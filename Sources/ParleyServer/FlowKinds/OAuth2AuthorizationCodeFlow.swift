@@ -94,7 +94,13 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         // Without a verified user, a session at the authorization server must not sign in unseen;
         // nor with one whose sign-ins this destination cannot name (the binding cannot check them).
         let checked = registration.hasVerifiedUser && yieldsIdentity(for: destination)
-        if let prompt = settings.prompt.value(verifiedUser: checked) { parameters.append(("prompt", prompt)) }
+        if flow.purpose == .stepUp {
+            // A step-up asks for a sign-in now, whatever session the server holds (OpenID Connect
+            // `prompt=login`, and `max_age=0` for servers that read only that).
+            parameters += [("prompt", "login"), ("max_age", "0")]
+        } else if let prompt = settings.prompt.value(verifiedUser: checked) {
+            parameters.append(("prompt", prompt))
+        }
         let separator = endpoint.contains("?") ? "&" : "?"
         return .redirect(endpoint + separator + PercentEncoding.encodeForm(parameters), status: .found)
     }

@@ -258,6 +258,69 @@ public enum EmbeddedOpenAPI {
                 }
               }
             },
+            "/.well-known/oauth-protected-resource": {
+              "get": {
+                "tags": [
+                  "operations"
+                ],
+                "operationId": "protectedResourceMetadata",
+                "summary": "Parley's protected-resource metadata (RFC 9728)",
+                "description": "What an agent (or its SDK) reads, from the `resource_metadata` every `401` on `/v1` names, to find where to get an access token for Parley: Parley's resource identifier (`PARLEY_RESOURCE`, default `PARLEY_PUBLIC_URL`), the listed identity providers as its authorization servers, and the scopes implicit destinations ask for.",
+                "security": [],
+                "responses": {
+                  "200": {
+                    "description": "The metadata.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/json": {
+                        "schema": {
+                          "type": "object",
+                          "required": [
+                            "resource",
+                            "authorization_servers",
+                            "bearer_methods_supported",
+                            "scopes_supported",
+                            "resource_name"
+                          ],
+                          "properties": {
+                            "resource": {
+                              "type": "string",
+                              "format": "uri"
+                            },
+                            "authorization_servers": {
+                              "type": "array",
+                              "items": {
+                                "type": "string",
+                                "format": "uri"
+                              }
+                            },
+                            "bearer_methods_supported": {
+                              "type": "array",
+                              "items": {
+                                "const": "header"
+                              }
+                            },
+                            "scopes_supported": {
+                              "type": "array",
+                              "items": {
+                                "type": "string"
+                              }
+                            },
+                            "resource_name": {
+                              "type": "string"
+                            }
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            },
             "/v1/registrations": {
               "post": {
                 "tags": [
@@ -440,6 +503,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -482,6 +548,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -519,6 +588,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "requestBody": {
@@ -650,6 +722,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "requestBody": {
@@ -758,6 +833,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "parameters": [
@@ -827,6 +905,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -874,6 +955,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -922,6 +1006,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -978,6 +1065,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1034,6 +1124,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1090,6 +1183,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1146,6 +1242,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1208,6 +1307,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1255,6 +1357,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1303,6 +1408,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1359,6 +1467,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1415,6 +1526,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1471,6 +1585,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -1527,6 +1644,9 @@ public enum EmbeddedOpenAPI {
                 "security": [
                   {
                     "clientToken": []
+                  },
+                  {
+                    "agentAccessToken": []
                   }
                 ],
                 "responses": {
@@ -3673,6 +3793,15 @@ public enum EmbeddedOpenAPI {
                     "description": "Only registrations whose `user.subject` is exactly this (1 to 2048 bytes, no control characters). With `issuer`: one user's registrations on every destination."
                   },
                   {
+                    "name": "client",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "Only registrations of this agent client (the registration's `client`; 1 to 2048 bytes, no control characters)."
+                  },
+                  {
                     "name": "limit",
                     "in": "query",
                     "required": false,
@@ -4355,6 +4484,7 @@ public enum EmbeddedOpenAPI {
                   "deviceModel",
                   "userHint",
                   "user",
+                  "client",
                   "createdAt",
                   "flow"
                 ],
@@ -4409,6 +4539,13 @@ public enum EmbeddedOpenAPI {
                       }
                     ],
                     "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
+                  },
+                  "client": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "The agent's OAuth client (`client_id` of its access token) for a registration an agent's access token created on first use; `null` for a thin client's registration."
                   },
                   "createdAt": {
                     "type": "string",
@@ -4475,6 +4612,7 @@ public enum EmbeddedOpenAPI {
                   "deviceModel",
                   "userHint",
                   "user",
+                  "client",
                   "createdAt",
                   "flow",
                   "clientToken"
@@ -4530,6 +4668,13 @@ public enum EmbeddedOpenAPI {
                       }
                     ],
                     "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
+                  },
+                  "client": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "The agent's OAuth client (`client_id` of its access token) for a registration an agent's access token created on first use; `null` for a thin client's registration."
                   },
                   "createdAt": {
                     "type": "string",
@@ -4602,6 +4747,7 @@ public enum EmbeddedOpenAPI {
                   "deviceModel",
                   "userHint",
                   "user",
+                  "client",
                   "createdAt",
                   "flow",
                   "tokens"
@@ -4654,6 +4800,13 @@ public enum EmbeddedOpenAPI {
                       }
                     ],
                     "description": "Whose credentials these are, or `null` until a verified identity token or the first completed flow's sign-in sets it."
+                  },
+                  "client": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "The agent's OAuth client (`client_id` of its access token) for a registration an agent's access token created on first use; `null` for a thin client's registration."
                   },
                   "createdAt": {
                     "type": "string",
@@ -5002,7 +5155,7 @@ public enum EmbeddedOpenAPI {
               },
               "RevocationRequest": {
                 "type": "object",
-                "description": "Removes the matching credentials: token rows, and the cookie jars of the registrations `registrationId` or `user` names (narrowed by `destination` and `userHint`). Every given filter must match. At least one of `registrationId`, `destination`, `userHint`, `scopeKey`, `user` is needed (a revocation of everything is refused with `400`). A `null` member is the same as an absent one.",
+                "description": "Removes the matching credentials: token rows, and the cookie jars of the registrations `registrationId`, `user` or `client` names (narrowed by `destination` and `userHint`). Every given filter must match. At least one of `registrationId`, `destination`, `userHint`, `scopeKey`, `user`, `client` is needed (a revocation of everything is refused with `400`). A `null` member is the same as an absent one.",
                 "properties": {
                   "registrationId": {
                     "type": [
@@ -5061,6 +5214,15 @@ public enum EmbeddedOpenAPI {
                         "maxLength": 2048
                       }
                     }
+                  },
+                  "client": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "minLength": 1,
+                    "maxLength": 2048,
+                    "description": "Every registration of this agent client (the registration object's `client`), on every destination: their token rows and cookie jars. 1 to 2048 bytes without control characters."
                   },
                   "upstream": {
                     "type": [
@@ -5625,13 +5787,13 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "ProxyUnauthorized": {
-                "description": "`invalid_client_token` (with `WWW-Authenticate: Bearer`), `interaction_required` (with `Parley-Flow`; the body carries the `flow`), `invalid_identity_token` (a propagation grant needs the registration's identity token, which has expired: renew it with `PUT /v1/registrations/me/identity`), or the upstream's own `401`.",
+                "description": "`invalid_client_token` (with `WWW-Authenticate: Bearer`), `interaction_required` (with `Parley-Flow`; the body carries the `flow`; also for a call a destination's `stepUp` rule covers while the last sign-in is too old, then with a flow that forces a fresh sign-in), `invalid_identity_token` (a propagation grant needs the registration's identity token, which has expired: renew it with `PUT /v1/registrations/me/identity`), or the upstream's own `401`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
                   },
                   "WWW-Authenticate": {
-                    "description": "`Bearer realm=\"parley\"` (client token) or `Bearer realm=\"parley-admin\"` (admin token).",
+                    "description": "`Bearer realm=\"parley\", resource_metadata=\"<PARLEY_PUBLIC_URL>/.well-known/oauth-protected-resource\"` on every `401` Parley answers itself (with `error=\"invalid_token\"` for an agent's access token that fails a check), or the upstream's own header on the upstream's `401`.",
                     "required": false,
                     "schema": {
                       "type": "string",
@@ -5699,7 +5861,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "ProxyForbidden": {
-                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials`, `password`, `token_exchange`, `jwt_bearer` or `saml2_bearer` grant; `forbidden`: the registration still waits for an administrator's approval; or the upstream's own `403`.",
+                "description": "`upstream_unauthorized`: the authorization server refused a `client_credentials`, `password`, `token_exchange`, `jwt_bearer` or `saml2_bearer` grant; `forbidden`: the registration still waits for an administrator's approval; `forbidden` for an agent's access token on a destination without `registration.implicit`, or without every scope it asks for (then with `WWW-Authenticate: Bearer realm=\"parley\", error=\"insufficient_scope\", scope=\"…\", resource_metadata=\"…\"`); or the upstream's own `403`.",
                 "headers": {
                   "Parley-Request-Id": {
                     "$ref": "#/components/headers/ParleyRequestId"
@@ -6139,7 +6301,7 @@ public enum EmbeddedOpenAPI {
                 }
               },
               "WWWAuthenticate": {
-                "description": "`Bearer realm=\"parley\"` (client token) or `Bearer realm=\"parley-admin\"` (admin token).",
+                "description": "`Bearer realm=\"parley\", resource_metadata=\"<PARLEY_PUBLIC_URL>/.well-known/oauth-protected-resource\"` on `/v1` (RFC 9728; with `error=\"invalid_token\"` for an agent's access token that fails a check) or `Bearer realm=\"parley-admin\"` (admin token).",
                 "required": true,
                 "schema": {
                   "type": "string",
@@ -6189,6 +6351,12 @@ public enum EmbeddedOpenAPI {
                 "type": "http",
                 "scheme": "bearer",
                 "description": "One of the comma-separated `PARLEY_ADMIN_TOKENS` (each at least 16 characters). Needed by every `/admin/v1` call. With `PARLEY_ADMIN_TOKENS` empty, no admin call is accepted."
+              },
+              "agentAccessToken": {
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": "An agent's JWT access token (RFC 9068, `typ: at+jwt`) from a listed identity provider whose `aud` is `PARLEY_RESOURCE`, in place of a client token on `/v1` (except `POST /v1/registrations`), with the destination named in `Parley-Destination`. The registration is the (user, client) pair on that destination, created on first use where the destination has `registration: {implicit: true}`. See `/.well-known/oauth-protected-resource`."
               }
             }
           }

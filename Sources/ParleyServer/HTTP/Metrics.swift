@@ -3,7 +3,8 @@ import Synchronization
 
 /// Parley's metrics in a Prometheus registry (swift-prometheus), rendered at `/metrics`.
 /// Label values come from fixed sets (route templates, status classes, destination
-/// names from the configuration), never from request input.
+/// names from the configuration), never from request input; the one exception, an agent's
+/// client id, comes from a verified access token and is bounded (`AgentAccess.maxLabelledClients`).
 public final class Metrics: Sendable {
     public let registry: PrometheusCollectorRegistry
 
@@ -17,6 +18,7 @@ public final class Metrics: Sendable {
         case rateLimited = "parley_rate_limited"
         case tokenRefreshes = "parley_token_refreshes"
         case flows = "parley_flows"
+        case agentRequests = "parley_agent_requests"
 
         var help: String {
             switch self {
@@ -28,6 +30,8 @@ public final class Metrics: Sendable {
             case .rateLimited: "Requests refused by a rate limit, by limit."
             case .tokenRefreshes: "Refresh-token grants by destination and outcome (ok, permanent: invalid_grant, transient: tokens kept)."
             case .flows: "Flows that ended, by kind and outcome (completed, failed, expired)."
+            case .agentRequests:
+                "Calls with an agent's access token, by destination, client (the first 100 per instance; then other) and outcome (accepted, invalid_token, forbidden, insufficient_scope)."
             }
         }
     }
@@ -43,10 +47,12 @@ public final class Metrics: Sendable {
 
     /// Label values (in the counter's fixed label order) to the registry's collector, so
     /// that the request path pays a dictionary lookup, not the registry's name building.
+    /// A counter's name and label values (up to three; none of Parley's counters has more).
     private struct CounterKey: Hashable {
         let name: CounterName
         let first: String
         let second: String
+        let third: String
     }
     private let counters = Mutex<[CounterKey: Counter]>([:])
     private let histograms = Mutex<[String: DurationHistogram]>([:])
@@ -55,7 +61,7 @@ public final class Metrics: Sendable {
     /// Every counter uses at most two labels, always in the same order.
     public func increment(_ counter: CounterName, _ labels: [(String, String)] = []) {
         let key = CounterKey(
-            name: counter, first: labels.first?.1 ?? "", second: labels.count > 1 ? labels[1].1 : "")
+            name: counter, first: labels.first?.1 ?? "", second: labels.count > 1 ? labels[1].1 : "", third: labels.count > 2 ? labels[2].1 : "")
         if let cached = counters.withLock({ $0[key] }) {
             cached.increment()
             return

@@ -20,6 +20,8 @@ public enum FlowStatus: String, Sendable, CaseIterable {
 public enum FlowPurpose: String, Sendable, CaseIterable {
     case login
     case smpRegistration = "smp_registration"
+    /// A fresh sign-in a destination's `stepUp` rule asks for before a high-impact call.
+    case stepUp = "step_up"
 }
 
 /// Whose credentials a registration holds: set once, by a verified identity token when the
@@ -67,6 +69,11 @@ public struct RegistrationRecord: Sendable, Equatable {
     /// The verified user's identity token (`PropagatedIdentity` as JSON), sealed; kept only for
     /// a destination whose propagation grant speaks for the user.
     public var identityTokenSealed: [UInt8]?
+    /// The agent's OAuth client (`client_id`, else `azp`, of its access token) for a registration
+    /// an agent's JWT access token created on first use; nil for a thin client's registration.
+    public var client: String?
+    /// When a person last completed an interactive sign-in for it (any flow); nil: never.
+    public var signedInAt: Date?
 
     /// The id as text, made once (logs and seal bindings use it on every request).
     public private(set) var idString: String
@@ -74,9 +81,11 @@ public struct RegistrationRecord: Sendable, Equatable {
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
         deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
-        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil
+        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil, client: String? = nil, signedInAt: Date? = nil
     ) {
+        self.signedInAt = signedInAt
         self.identityTokenSealed = identityTokenSealed
+        self.client = client
         self.id = id
         self.idString = id.uuidString.lowercased()
         self.destination = destination

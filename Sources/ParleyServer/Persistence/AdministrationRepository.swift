@@ -53,13 +53,16 @@ public struct RegistrationQuery: Sendable, Equatable {
     /// The registration's user's issuer and subject (each on its own, or both).
     public var issuer: String?
     public var subject: String?
+    /// The agent's OAuth client (registrations agents' access tokens created).
+    public var client: String?
     public var limit: Int
     public var after: RegistrationCursor?
 
     public init(
-        destination: String? = nil, userHint: String? = nil, issuer: String? = nil, subject: String? = nil, limit: Int,
+        destination: String? = nil, userHint: String? = nil, issuer: String? = nil, subject: String? = nil, client: String? = nil, limit: Int,
         after: RegistrationCursor? = nil
     ) {
+        self.client = client
         self.destination = destination
         self.userHint = userHint
         self.issuer = issuer
@@ -105,10 +108,14 @@ public struct RevocationFilter: Sendable, Equatable {
     public var scopeKey: String?
     /// Every registration of this user, on every destination (the other members still narrow it).
     public var user: UserReference?
+    /// Every registration of this agent client (`client_id`), on every destination (the other members still narrow it).
+    public var client: String?
 
     public init(
-        registrationID: UUID? = nil, destination: String? = nil, userHint: String? = nil, scopeKey: String? = nil, user: UserReference? = nil
+        registrationID: UUID? = nil, destination: String? = nil, userHint: String? = nil, scopeKey: String? = nil, user: UserReference? = nil,
+        client: String? = nil
     ) {
+        self.client = client
         self.registrationID = registrationID
         self.destination = destination
         self.userHint = userHint
@@ -116,10 +123,12 @@ public struct RevocationFilter: Sendable, Equatable {
         self.user = user
     }
 
-    public var isEmpty: Bool { registrationID == nil && destination == nil && userHint == nil && scopeKey == nil && user == nil }
+    public var isEmpty: Bool {
+        registrationID == nil && destination == nil && userHint == nil && scopeKey == nil && user == nil && client == nil
+    }
 
-    /// Whether the filter names registrations (by id or by user), whose cookie jars then go too.
-    public var namesRegistrations: Bool { registrationID != nil || user != nil }
+    /// Whether the filter names registrations (by id, by user or by client), whose cookie jars then go too.
+    public var namesRegistrations: Bool { registrationID != nil || user != nil || client != nil }
 }
 
 /// What a revocation removed: credential records (token rows, cookie jars), and the

@@ -24,6 +24,7 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
                   AND (\(q.userHint)::text IS NULL OR user_hint = \(q.userHint))
                   AND (\(q.issuer)::text IS NULL OR user_issuer = \(q.issuer))
                   AND (\(q.subject)::text IS NULL OR user_subject = \(q.subject))
+                  AND (\(q.client)::text IS NULL OR agent_client = \(q.client))
                   AND (\(afterMicros)::bigint IS NULL
                        OR (created_at, id) < (timestamptz 'epoch' + \(afterMicros)::bigint * interval '1 microsecond', \(afterID)::uuid))
                 ORDER BY created_at DESC, id DESC LIMIT \(q.limit)
@@ -62,14 +63,16 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
           AND (\(f.userHint)::text IS NULL OR registration_id IN (SELECT id FROM registrations WHERE user_hint = \(f.userHint)))
           AND (\(f.user?.issuer)::text IS NULL OR registration_id IN (
                 SELECT id FROM registrations WHERE user_issuer = \(f.user?.issuer) AND user_subject = \(f.user?.subject)))
+          AND (\(f.client)::text IS NULL OR registration_id IN (SELECT id FROM registrations WHERE agent_client = \(f.client)))
         """
     }
 
-    /// The registrations a filter names (by id or by user), narrowed by its other members
-    /// that describe a registration; nothing when it names none.
+    /// The registrations a filter names (by id, by user or by client), narrowed by its other
+    /// members that describe a registration; nothing when it names none.
     static func registrationCondition(_ f: RevocationFilter) -> SQL {
         """
-        (\(f.registrationID)::uuid IS NOT NULL OR \(f.user?.issuer)::text IS NOT NULL)
+        (\(f.registrationID)::uuid IS NOT NULL OR \(f.user?.issuer)::text IS NOT NULL OR \(f.client)::text IS NOT NULL)
+          AND (\(f.client)::text IS NULL OR agent_client = \(f.client))
           AND (\(f.registrationID)::uuid IS NULL OR id = \(f.registrationID))
           AND (\(f.destination)::text IS NULL OR destination = \(f.destination))
           AND (\(f.userHint)::text IS NULL OR user_hint = \(f.userHint))

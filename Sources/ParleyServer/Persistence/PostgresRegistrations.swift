@@ -12,7 +12,8 @@ extension RegistrationRecord {
             userHint: try row.optionalString("user_hint"), returnUrl: try row.optionalString("return_url"),
             credentialsSealed: try row.optionalBytes("credentials_sealed"),
             clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"),
-            user: try RegistrationUser(row: row), identityTokenSealed: try row.optionalBytes("identity_token_sealed"))
+            user: try RegistrationUser(row: row), identityTokenSealed: try row.optionalBytes("identity_token_sealed"), client: try row.optionalString("agent_client"),
+            signedInAt: try row.optionalDate("signed_in_at"))
     }
 }
 
@@ -44,7 +45,8 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     static let columns: SQL = """
         id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, \
-        client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match, identity_token_sealed
+        client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match, identity_token_sealed, \
+        agent_client, signed_in_at
         """
 
     public func insert(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
@@ -52,12 +54,40 @@ public struct PostgresRegistrations: RegistrationRepository {
             """
             INSERT INTO registrations (id, destination, client_token_hash, status, device_type, device_model, user_hint,
                 return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at,
-                user_issuer, user_subject, user_verified, user_match, identity_token_sealed)
+                user_issuer, user_subject, user_verified, user_match, identity_token_sealed, agent_client)
             VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.deviceType), \(r.deviceModel),
                 \(r.userHint), \(r.returnUrl), \(r.credentialsSealed), \(r.clientCertificateSealed), \(r.appcidSealed),
                 \(r.createdAt), \(r.createdAt), \(r.user?.issuer), \(r.user?.subject), \(r.user?.verified), \(r.user?.match),
-                \(r.identityTokenSealed))
+                \(r.identityTokenSealed), \(r.client))
             """)
+    }
+
+    public func insertAgent(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws -> RegistrationRecord {
+        guard let user = r.user, let client = r.client else { throw StoreError.decoding("an agent registration needs a user and a client") }
+        // A concurrent first call on another instance may have created it: then that row is the one.
+        let inserted = try await store.execute(
+            """
+            INSERT INTO registrations (id, destination, client_token_hash, status, created_at, updated_at,
+                user_issuer, user_subject, user_verified, user_match, identity_token_sealed, agent_client)
+            VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.createdAt), \(r.createdAt),
+                \(user.issuer), \(user.subject), \(user.verified), \(user.match), \(r.identityTokenSealed), \(client))
+            ON CONFLICT (destination, user_issuer, user_subject, agent_client) WHERE agent_client IS NOT NULL DO NOTHING
+            """)
+        if inserted > 0 { return r }
+        guard let existing = try await find(agent: AgentKey(destination: r.destination, issuer: user.issuer, subject: user.subject, client: client)) else {
+            throw StoreError.decoding("the agent registration was neither inserted nor found")
+        }
+        return existing
+    }
+
+    public func find(agent key: AgentKey) async throws -> RegistrationRecord? {
+        try await store.query(
+            "SELECT " + Self.columns
+                + """
+                 FROM registrations WHERE destination = \(key.destination) AND user_issuer = \(key.issuer)
+                  AND user_subject = \(key.subject) AND agent_client = \(key.client)
+                """
+        ).first.map(RegistrationRecord.init(row:))
     }
 
     public func find(clientTokenHash hash: [UInt8]) async throws -> RegistrationRecord? {
@@ -85,6 +115,10 @@ public struct PostgresRegistrations: RegistrationRepository {
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
         try await store.execute("UPDATE registrations SET credentials_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
+    }
+
+    public func setSignedIn(id: UUID, at: Date) async throws {
+        try await store.execute("UPDATE registrations SET signed_in_at = \(at), updated_at = now() WHERE id = \(id)")
     }
 
     public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws {

@@ -7,6 +7,11 @@ public import Foundation
 /// Registration rows. A client token exists only as its SHA-256.
 public protocol RegistrationRepository: Sendable {
     func insert(_ registration: RegistrationRecord, clientTokenHash: [UInt8]) async throws
+    /// Inserts an agent's registration (one with `user` and `client`) unless the same (destination,
+    /// user, client) already has one; returns whichever row stands, so concurrent first calls agree.
+    func insertAgent(_ registration: RegistrationRecord, clientTokenHash: [UInt8]) async throws -> RegistrationRecord
+    /// The registration an agent's (destination, user, client) created, or nil.
+    func find(agent: AgentKey) async throws -> RegistrationRecord?
     /// The registration whose client token has this SHA-256 (compared in constant time), or nil.
     func find(clientTokenHash: [UInt8]) async throws -> RegistrationRecord?
     func find(id: UUID) async throws -> RegistrationRecord?
@@ -15,6 +20,8 @@ public protocol RegistrationRepository: Sendable {
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
     /// Credentials a person entered in a hosted form (sealed).
     func setCredentials(id: UUID, sealed: [UInt8]) async throws
+    /// A person completed an interactive sign-in for the registration at `at` (step-up rules read it).
+    func setSignedIn(id: UUID, at: Date) async throws
     /// Replaces the sealed identity token a propagation grant speaks with.
     func setIdentityToken(id: UUID, sealed: [UInt8]) async throws
     /// Sets the registration's user when it has none yet (a first sign-in); false when it
@@ -22,6 +29,22 @@ public protocol RegistrationRepository: Sendable {
     func setUser(id: UUID, user: RegistrationUser) async throws -> Bool
     /// Deletes the registration; its tokens, cookies and flows go with it.
     @discardableResult func delete(id: UUID) async throws -> Bool
+}
+
+/// What names an agent's registration: the destination, the user (issuer and subject of the
+/// access token) and the OAuth client the token was issued to.
+public struct AgentKey: Sendable, Hashable {
+    public var destination: String
+    public var issuer: String
+    public var subject: String
+    public var client: String
+
+    public init(destination: String, issuer: String, subject: String, client: String) {
+        self.destination = destination
+        self.issuer = issuer
+        self.subject = subject
+        self.client = client
+    }
 }
 
 /// Flow rows. Each flow finishes once. Nothing here is particular to a kind: a kind keeps

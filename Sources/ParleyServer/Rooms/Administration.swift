@@ -130,6 +130,10 @@ struct Administration: Sendable {
             detail["userSubject"] = user.subject
             detail["registrations"] = String(removal.registrations.count)
         }
+        if let client = filter.client {
+            detail["client"] = client
+            detail["registrations"] = String(removal.registrations.count)
+        }
         if revocation.upstream {
             detail["upstreamAttempted"] = String(attempted)
             detail["upstreamFailed"] = String(failed)

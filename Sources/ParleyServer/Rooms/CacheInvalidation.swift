@@ -44,16 +44,16 @@ struct CacheInvalidation: Service {
         case .cookieJar(let id):
             conversations.cookies.forget(registrationID: id.uuidString.lowercased())
         case .all:
-            clientTokens.recent.setEnabled(false)
+            clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
             tokens.setCaching(false)
             conversations.forgetAll()
-            clientTokens.recent.setEnabled(true)
+            clientTokens.setCaching(true)
             conversations.cookies.setCaching(true)
             tokens.setCaching(true)
         case .suspended:
             logger.warning("cache signal lost: caching paused until it is back")
-            clientTokens.recent.setEnabled(false)
+            clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
             tokens.setCaching(false)
             conversations.forgetAll()

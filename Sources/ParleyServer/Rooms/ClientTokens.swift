@@ -8,6 +8,8 @@ final class ClientTokens: Sendable {
 
     let registrations: any RegistrationRepository
     let recent = InvalidatedCache<[UInt8], RegistrationRecord>()
+    /// Agents' registrations by (destination, user, client), for `AgentAccess`; kept current with `recent`.
+    let agentRegistrations = InvalidatedCache<AgentKey, RegistrationRecord>()
 
     init(registrations: any RegistrationRepository) { self.registrations = registrations }
 
@@ -22,5 +24,14 @@ final class ClientTokens: Sendable {
     }
 
     /// A registration changed or went away: no cached answer may outlive it.
-    func forget(_ registrationID: UUID) { recent.removeAll { $1.id == registrationID } }
+    func forget(_ registrationID: UUID) {
+        recent.removeAll { $1.id == registrationID }
+        agentRegistrations.removeAll { $1.id == registrationID }
+    }
+
+    /// Caching on or off for both caches (off while the cache signal is lost).
+    func setCaching(_ enabled: Bool) {
+        recent.setEnabled(enabled)
+        agentRegistrations.setEnabled(enabled)
+    }
 }

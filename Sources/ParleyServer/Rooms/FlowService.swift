@@ -130,17 +130,34 @@ struct FlowService: Sendable {
     /// kind and scope key when there is one (with at least `reuseMargin` left), else a new flow;
     /// in the body and in `Parley-Flow`. A client retrying a challenged call does not pile up flows.
     func interactionRequired(_ interaction: InteractionRequest, registration: RegistrationRecord) async throws -> Problem {
+        try await interactionRequired(
+            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url, purpose: .login, registration: registration,
+            detail: "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
+    }
+
+    /// The answer to a call a `stepUp` rule covers while the registration's last sign-in is
+    /// older than the rule allows: a `step_up` flow (a fresh sign-in, `prompt=login` for OAuth2).
+    func stepUpRequired(kind: FlowKind, scopeKey: String?, rule: StepUpRule, registration: RegistrationRecord) async throws -> Problem {
+        let seconds = rule.maxAge.components.seconds
+        return try await interactionRequired(
+            kind: kind, scopeKey: scopeKey, challengeURL: nil, purpose: .stepUp, registration: registration,
+            detail: "this call needs a sign-in at most \(seconds) s old (\(kind.rawValue)); open the flow URL, then call again")
+    }
+
+    private func interactionRequired(
+        kind: FlowKind, scopeKey: String?, challengeURL: String?, purpose: FlowPurpose, registration: RegistrationRecord, detail: String
+    ) async throws -> Problem {
         let flow: FlowRecord
         let url: String
-        if let pending = try await flows.latest(registrationID: registration.id, purpose: .login), pending.status == .pending,
-            pending.kind == interaction.kind, pending.scopeKey == interaction.scopeKey,
+        if let pending = try await flows.latest(registrationID: registration.id, purpose: purpose), pending.status == .pending,
+            pending.kind == kind, pending.scopeKey == scopeKey,
             pending.expiresAt > clock.now.addingTimeInterval(Self.reuseMargin), let link = self.url(pending)
         {
             (flow, url) = (pending, link)
         } else {
-            (flow, url) = try await create(for: registration, kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
+            (flow, url) = try await create(for: registration, kind: kind, purpose: purpose, scopeKey: scopeKey, challengeURL: challengeURL)
         }
-        var problem = Problem(.unauthorized, .interactionRequired, "a person must sign in (\(interaction.kind.rawValue)); open the flow URL")
+        var problem = Problem(.unauthorized, .interactionRequired, detail)
         problem.headers[.parleyFlow] = url
         problem.extra["flow"] = try JSONValueEncoder().encode(view(flow, url: url))
         return problem
@@ -183,6 +200,14 @@ struct FlowService: Sendable {
         }
         guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
         metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", status.rawValue)])
+        if status == .completed {
+            // A person signed in just now: what step-up rules compare with.
+            do {
+                try await binding.registrations.setSignedIn(id: flow.registrationID, at: clock.now)
+            } catch {
+                logger.warning("the sign-in time was not recorded", metadata: ["flow.id": .string(flow.idString), "error": "\(error)"])
+            }
+        }
         await audit.record(
             action, actor: .system, registrationID: flow.registrationID, detail: ["flow": flow.idString, "kind": flow.kind.rawValue])
         logger.info("flow finished", metadata: ["flow.id": .string(flow.idString), "flow.status": .string(status.rawValue)])

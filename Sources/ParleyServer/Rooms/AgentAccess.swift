@@ -1,0 +1,190 @@
+import AuthFlows
+import Conversation
+import Foundation
+import Logging
+import ParleyCrypto
+import Synchronization
+
+/// Agents: Parley as an OAuth 2.1 resource server. In place of a client token, `/v1` takes a
+/// JWT access token (RFC 9068) of a listed identity provider whose audience is Parley's
+/// resource identifier (`PARLEY_RESOURCE`). The call names its destination in
+/// `Parley-Destination`; the registration is the (user, client) pair on that destination,
+/// created on first use where the destination says `registration: {implicit: true}`. The
+/// access token itself is checked on every call and never kept, logged or sent upstream.
+final class AgentAccess: Sendable {
+    /// Names the destination of an agent's call.
+    static let destinationHeader = "Parley-Destination"
+    /// At most this many clients get a metrics label of their own per instance; the rest count as `other`.
+    static let maxLabelledClients = 100
+
+    let resource: String
+    /// What an access token's `aud` may say: the resource identifier, and for one without a
+    /// path also with its trailing slash (RFC 3986 §6.2.3: the same URI).
+    let audiences: [String]
+    /// `…/.well-known/oauth-protected-resource`, named in every `401` of `/v1`.
+    let metadataURL: String
+    let verifier: IdentityTokenVerifier
+    let registrations: any RegistrationRepository
+    let destinations: [String: Destination]
+    let audit: AuditLog
+    let metrics: Metrics
+    let clock: any WallClock
+    /// An agent's registration, by (destination, user, client); `ClientTokens` keeps it current.
+    let recent: InvalidatedCache<AgentKey, RegistrationRecord>
+    private let labelledClients = Mutex<Set<String>>([])
+
+    init(
+        resource: String, publicURL: String, verifier: IdentityTokenVerifier, registrations: any RegistrationRepository,
+        cache: InvalidatedCache<AgentKey, RegistrationRecord>, destinations: [String: Destination], audit: AuditLog, metrics: Metrics,
+        clock: any WallClock
+    ) {
+        self.recent = cache
+        self.resource = resource
+        audiences = URLParts(resource).map { $0.path.isEmpty || $0.path == "/" } == true
+            ? [resource.hasSuffix("/") ? String(resource.dropLast()) : resource, resource.hasSuffix("/") ? resource : resource + "/"] : [resource]
+        self.metadataURL = publicURL + "/.well-known/oauth-protected-resource"
+        self.verifier = verifier
+        self.registrations = registrations
+        self.destinations = destinations
+        self.audit = audit
+        self.metrics = metrics
+        self.clock = clock
+    }
+
+    /// Whether a bearer token is a JWT rather than a client token (`pct_…`, no dots): three
+    /// base64url parts separated by two dots.
+    static func isJWT(_ token: String) -> Bool {
+        var dots = 0
+        for byte in token.utf8 {
+            if byte == UInt8(ascii: ".") {
+                dots += 1
+            } else if !(Base64URLAlphabet.contains(byte)) {
+                return false
+            }
+        }
+        return dots == 2
+    }
+
+    /// The registration an agent's call speaks for: its access token checked, its destination
+    /// taking agents, every scope the destination asks for present; created on first use.
+    func registration(token: String, destinationName: String?, cached: Bool, logger: Logger) async throws -> RegistrationRecord {
+        let access: AccessTokenIdentity
+        do throws(IdentityTokenError) {
+            access = try await verifier.verifyAccessToken(token, resources: audiences)
+        } catch {
+            logger.info("agent access token refused", metadata: ["identity.check": .string(error.check.rawValue)])
+            metrics.increment(.agentRequests, [("destination", "-"), ("client", "-"), ("outcome", "invalid_token")])
+            throw invalidToken(error.detail)
+        }
+        guard let destinationName, !destinationName.isEmpty else {
+            throw Problem.invalid("an access token does not name a registration by itself: say which destination in the \(Self.destinationHeader) header")
+        }
+        guard let destination = destinations[destinationName] else {
+            throw Problem.invalid("unknown destination in \(Self.destinationHeader)")
+        }
+        let client = clientLabel(access.client)
+        guard destination.implicitRegistrations else {
+            metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "forbidden")])
+            throw Problem(.forbidden, .forbidden, "this destination does not take agents' access tokens (registration.implicit)")
+        }
+        let missing = destination.agentScopes.filter { !access.scopes.contains($0) }
+        guard missing.isEmpty else {
+            metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "insufficient_scope")])
+            logger.info("agent access token lacks scopes", metadata: ["destination": .string(destination.name), "agent.client": .string(access.client)])
+            throw insufficientScope(missing: missing, required: destination.agentScopes)
+        }
+        let key = AgentKey(destination: destination.name, issuer: access.identity.issuer, subject: access.identity.subject, client: access.client)
+        let record = try await registration(for: key, access: access, destination: destination, cached: cached, logger: logger)
+        metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "accepted")])
+        return record
+    }
+
+    private func registration(
+        for key: AgentKey, access: AccessTokenIdentity, destination: Destination, cached: Bool, logger: Logger
+    ) async throws -> RegistrationRecord {
+        if cached, let record = recent.value(for: key) { return record }
+        let mark = recent.mark()
+        var record = try await registrations.find(agent: key)
+        if record == nil {
+            let claim = destination.identityMatchClaim
+            let match = access.identity.claims[claim] ?? access.identity.subject
+            let fresh = RegistrationRecord(
+                id: UUID(), destination: destination.name, status: .active, deviceType: nil, deviceModel: nil, userHint: nil, returnUrl: nil,
+                credentialsSealed: nil, clientCertificateSealed: nil, createdAt: clock.now,
+                user: RegistrationUser(issuer: key.issuer, subject: key.subject, verified: true, match: match), client: key.client)
+            // Nobody holds a client token for it: the hash of random bytes stands in for one.
+            let stored = try await registrations.insertAgent(fresh, clientTokenHash: SecretToken.hash(SecretToken.generate(prefix: "agent_")))
+            if stored.id == fresh.id {
+                var detail = ["agent": key.client, "issuer": key.issuer]
+                if let actor = access.actor { detail["actor"] = actor }
+                await audit.record(.registrationCreated, actor: .client, registrationID: stored.id, destination: destination.name, detail: detail)
+                metrics.increment(.registrations, [("action", "created")])
+                logger.info(
+                    "agent registration created",
+                    metadata: ["registration.id": .string(stored.idString), "destination": .string(destination.name), "agent.client": .string(key.client)])
+            }
+            record = stored
+        }
+        guard let record else { throw Problem.invalidClientToken }
+        if cached { recent.set(record, for: key, readSince: mark) }
+        return record
+    }
+
+    /// The client as a metrics label: its own for the first `maxLabelledClients` clients, `other` after.
+    private func clientLabel(_ client: String) -> String {
+        labelledClients.withLock { known in
+            if known.contains(client) { return client }
+            guard known.count < Self.maxLabelledClients else { return "other" }
+            known.insert(client)
+            return client
+        }
+    }
+
+    /// `WWW-Authenticate` of a `401` on `/v1` (RFC 9728 §5.1), with `error` when there is one (RFC 6750 §3).
+    func challenge(error: String? = nil, scope: [String] = []) -> String {
+        var parts = ["realm=\"parley\""]
+        if let error { parts.append("error=\"\(error)\"") }
+        if !scope.isEmpty { parts.append("scope=\"\(scope.joined(separator: " "))\"") }
+        parts.append("resource_metadata=\"\(metadataURL)\"")
+        return "Bearer " + parts.joined(separator: ", ")
+    }
+
+    private func invalidToken(_ detail: String) -> Problem {
+        var p = Problem(.unauthorized, .invalidClientToken, "the access token was refused: " + detail)
+        p.headers[.wwwAuthenticate] = challenge(error: "invalid_token")
+        return p
+    }
+
+    /// `403` naming every scope the destination asks for (which covers every one missing).
+    private func insufficientScope(missing: [String], required: [String]) -> Problem {
+        var p = Problem(.forbidden, .forbidden, "the access token lacks scopes this destination asks for: " + missing.joined(separator: " "))
+        p.headers[.wwwAuthenticate] = challenge(error: "insufficient_scope", scope: required)
+        return p
+    }
+
+    /// RFC 9728 §2: what an agent (or its SDK) reads to find where to get a token for Parley.
+    func metadata() -> JSONValue {
+        let issuers = verifier.providers.keys.sorted()
+        var scopes: Set<String> = []
+        for destination in destinations.values where destination.implicitRegistrations { scopes.formUnion(destination.agentScopes) }
+        return .object([
+            "resource": .string(resource),
+            "authorization_servers": .array(issuers.map(JSONValue.string)),
+            "bearer_methods_supported": .array([.string("header")]),
+            "scopes_supported": .array(scopes.sorted().map(JSONValue.string)),
+            "resource_name": .string("Parley"),
+        ])
+    }
+}
+
+/// The bytes of base64url (RFC 4648 §5) without padding.
+private enum Base64URLAlphabet {
+    static func contains(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default: false
+        }
+    }
+}
