@@ -14,10 +14,11 @@ public final class ParleyProcess: Sendable {
         return FileManager.default.currentDirectoryPath + "/.build/debug/" + name
     }
 
-    /// Starts `parley <arguments>` and waits (bounded) for its ready line.
+    /// Starts `parley <arguments>` and waits (bounded) for its ready line. Another server a
+    /// test runs the same way (a fixture under `binary`) names its own `readyLine`.
     public static func start(
         arguments: [String] = ["serve"], environment: [String: String], port: Int? = nil, waitForReady: Bool = true,
-        binary: String? = nil, workingDirectory: String? = nil
+        binary: String? = nil, workingDirectory: String? = nil, readyLine: String = "parley ready"
     ) async throws -> ParleyProcess {
         let port = try port ?? FreePort.find()
         let process = Process()
@@ -44,7 +45,7 @@ public final class ParleyProcess: Sendable {
         process.terminationHandler = { _ in collector.processTerminated() }
         try process.run()
         let parley = ParleyProcess(port: port, process: process, output: collector)
-        if waitForReady { try await parley.waitForOutput("parley ready", timeout: .seconds(30)) }
+        if waitForReady { try await parley.waitForOutput(readyLine, timeout: .seconds(30)) }
         return parley
     }
 

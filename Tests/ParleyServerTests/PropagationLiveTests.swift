@@ -220,4 +220,82 @@ import UpstreamSimulator
             await parley.stop()
         }
     }
+
+    /// RFC 7523 against Authlib's own authorization server (PyPI authlib, `JWTBearerGrant`), set
+    /// up as a deployment trusts a client that signs its assertions: the client is Parley's
+    /// issuer, its keys come from Parley's published JWK Set, the audience must be the token
+    /// endpoint. Parley's assertion gets a token and the protected resource answers as the user;
+    /// an assertion for another audience is refused by Authlib.
+    @Test func authlibsAuthorizationServerAcceptsParleysAssertion() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        let signing = try TestSigningKeys.generate()
+        defer { signing.remove() }
+        // The venv first (pip on a fresh machine), so the server's start is bounded by its own work.
+        try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/authlib-as.sh", "-c", "import authlib.oauth2.rfc7523, joserfc"])
+        let serverPort = try FreePort.find()
+        let parleyPort = try FreePort.find()
+        let parleyURL = "http://127.0.0.1:\(parleyPort)"
+        let tokenURL = "http://127.0.0.1:\(serverPort)/token"
+        let authlib = try await ParleyProcess.start(
+            arguments: [
+                packageRoot + "/scripts/authlib-as.sh", packageRoot + "/Tests/Fixtures/propagation/authlib_as.py", "--port", String(serverPort),
+                "--token-url", tokenURL, "--client-issuer", parleyURL, "--client-jwks", parleyURL + "/.well-known/jwks.json",
+                "--user", "alice@example.com",
+            ], environment: ["HOME": NSTemporaryDirectory()], port: serverPort, binary: "/bin/bash", readyLine: "authlib-as ready")
+        defer { Task { await authlib.stop() } }
+        try await withRunningSimulator(logger: quietLogger) { simulatorPort, _ in
+            let sim = "http://127.0.0.1:\(simulatorPort)"
+            let client = """
+                      tokenEndpoint: \(tokenURL)
+                      clientId: parley
+                      clientSecret: s3cret
+                """
+            let destinations = try ScratchFile.write(
+                """
+                identityProviders:
+                  - issuer: \(sim)
+                    jwksUri: \(sim)/idp/jwks
+                    audiences: [parley]
+                destinations:
+                  - name: authlib
+                    url: http://127.0.0.1:\(serverPort)
+                    registration: { identity: required }
+                    oauth2:
+                      grant: jwt_bearer
+                      assertion: parley
+                      subjectClaim: email
+                \(client)
+                  - name: authlib-elsewhere
+                    url: http://127.0.0.1:\(serverPort)
+                    registration: { identity: required }
+                    oauth2:
+                      grant: jwt_bearer
+                      assertion: parley
+                      subjectClaim: email
+                      assertionAudience: https://another-server.example/token
+                \(client)
+                """, suffix: ".yaml")
+            let parley = try await ParleyProcess.start(
+                environment: [
+                    "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": destinations,
+                    "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyWithCertificatePath),s2:\(signing.ecKeyPath)", "PARLEY_RATE_LIMIT_REGISTRATIONS": "off",
+                ], port: parleyPort)
+            defer { Task { await parley.stop() } }
+            let identity = try await IdentityTokenLiveTests.mint(simulatorPort, ["sub": "alice-1", "aud": "parley", "email": "alice@example.com"])
+            let registration = try await Self.register(parley, "authlib", identity)
+            let answer = try await RawHTTP.request(
+                port: parley.port, method: "GET", target: "/v1/proxy/api/whoami", headers: [("Authorization", "Bearer \(registration)")])
+            #expect(answer.status == 200, "\(answer.text) — Authlib's server: \(authlib.log.suffix(2000))")
+            #expect(answer.json?["server"] as? String == "authlib")
+            #expect(answer.json?["sub"] as? String == "alice@example.com")
+            #expect(answer.json?["client"] as? String == parleyURL, "Authlib found the client by the assertion's iss")
+            let elsewhere = try await Self.register(parley, "authlib-elsewhere", identity)
+            let refused = try await RawHTTP.request(
+                port: parley.port, method: "GET", target: "/v1/proxy/api/whoami", headers: [("Authorization", "Bearer \(elsewhere)")])
+            #expect(refused.status == 403 && refused.json?["code"] as? String == "upstream_unauthorized", "\(refused.text)")
+            await parley.stop()
+        }
+        await authlib.stop()
+    }
 }
