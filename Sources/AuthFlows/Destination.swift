@@ -509,10 +509,6 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             if policy != .open {
                 problems.append("\(label): registration.implicit registrations are created on first use, so registration.policy must be open")
             }
-            if let settings, settings.propagation != nil {
-                problems.append(
-                    "\(label): registration.implicit does not yet combine with oauth2.grant \(settings.grant.rawValue) (an agent's access token is not kept as an identity token)")
-            }
         }
         for scope in registration?.scopes ?? [] where scope.isEmpty || scope.utf8.count > 200 || !scope.utf8.allSatisfy(isScopeByte) {
             problems.append("\(label): registration.scopes must be OAuth scope tokens of 1 to 200 bytes (printable ASCII without spaces, '\"' or '\\')")

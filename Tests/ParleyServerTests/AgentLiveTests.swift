@@ -27,6 +27,16 @@ import UpstreamSimulator
                 registration: { implicit: true, scopes: [orders.read, orders.write] }
               - name: people
                 url: \(sim)
+              - name: agents-exchange
+                url: \(sim)
+                registration: { implicit: true, identity: required }
+                oauth2:
+                  grant: token_exchange
+                  audience: https://backend.example
+                  subjectTokenType: access_token
+                  tokenEndpoint: \(sim)/oauth/token
+                  clientId: parley-confidential
+                  clientSecret: s3cret
             """, suffix: ".yaml")
     }
 
@@ -171,6 +181,52 @@ import UpstreamSimulator
             // Two calls of agent-a, one of agent-b, eight of carol's; no refused call went upstream.
             #expect(simulator.requests(route: "ANY /echo") == 11)
             for token in minted { #expect(!parley.log.contains(token), "an access token was logged") }
+            await parley.stop()
+        }
+    }
+
+    /// An agent on a destination whose grant speaks for the user: the agent's own token is the
+    /// RFC 8693 subject token, the back end sees the token the authorization server issued (never
+    /// the agent's), and a newer token of the agent replaces the one kept.
+    @Test func anAgentsTokenIsExchangedForTheBackEndsOwnAndTheNewestIsKept() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
+            let sim = "http://127.0.0.1:\(simulatorPort)"
+            let parley = try await ParleyProcess.start(environment: [
+                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": try Self.destinationsFile(sim),
+                "PARLEY_RESOURCE": Self.resource,
+            ])
+            defer { Task { await parley.stop() } }
+            func accessToken(exp: Double) async throws -> String {
+                try await IdentityTokenLiveTests.mint(
+                    simulatorPort, ["sub": "alice", "aud": Self.resource, "typ": "at+jwt", "exp": exp, "jsonClaims": ["client_id": "agent-x"]])
+            }
+            func sealedIdentity() async throws -> [UInt8] {
+                try await withPostgresStore(StoreConfiguration(connectionString: database, maxConnections: 1)) { store in
+                    try await store.query("SELECT identity_token_sealed FROM registrations WHERE agent_client = 'agent-x'")[0].bytes("identity_token_sealed")
+                }
+            }
+            let now = Date().timeIntervalSince1970.rounded(.down)
+            let first = try await accessToken(exp: now + 600)
+            let answer = try await Self.call(parley, first, destination: "agents-exchange", target: "/v1/proxy/oauth-api/orders")
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(answer.json?["sub"] as? String == "alice" && answer.json?["grant"] as? String == "token_exchange")
+            #expect(answer.json?["aud"] as? String == "https://backend.example")
+            #expect(simulator.oauth.tokenCallsByGrant["urn:ietf:params:oauth:grant-type:token-exchange"] == 1)
+            let kept = try await sealedIdentity()
+            #expect(!String(decoding: kept, as: UTF8.self).contains(first.prefix(40)), "the agent's token is stored in the clear")
+            // The same token again: nothing is written; a newer one replaces it, and the next
+            // exchange (the back end's token expired) speaks with it.
+            #expect(try await Self.call(parley, first, destination: "agents-exchange", target: "/v1/proxy/oauth-api/orders").status == 200)
+            #expect(try await sealedIdentity() == kept)
+            let second = try await accessToken(exp: now + 1200)
+            _ = try await RawHTTP.request(port: simulatorPort, method: "POST", target: "/sim/oauth/expire-access-tokens")
+            let again = try await Self.call(parley, second, destination: "agents-exchange", target: "/v1/proxy/oauth-api/orders")
+            #expect(again.status == 200 && again.json?["sub"] as? String == "alice", "\(again.text)")
+            #expect(try await sealedIdentity() != kept, "the newer token was not kept")
+            #expect(simulator.oauth.tokenCallsByGrant["urn:ietf:params:oauth:grant-type:token-exchange"] == 2)
+            for token in [first, second] { #expect(!parley.log.contains(token)) }
             await parley.stop()
         }
     }

@@ -138,7 +138,7 @@ func compose(
     let agents = AgentAccess(
         resource: configuration.server.resourceIdentifier, publicURL: configuration.server.publicURL, verifier: identityTokens,
         registrations: d.registrations, cache: clientTokens.agentRegistrations, destinations: configuration.destinations, audit: audit,
-        metrics: metrics, clock: d.clock)
+        metrics: metrics, clock: d.clock, secrets: secrets, invalidation: invalidation)
     let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
     let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     let environment = FlowKindEnvironment(

@@ -26,9 +26,17 @@ struct ProxyController: Sendable {
         let destination = try conversations.destination(of: registration)
         let outgoing = try exchange.outgoing(request, prefix: Self.prefix, destination: destination)
         if let stepUp, !destination.stepUpRules.isEmpty { try await stepUp.check(outgoing, registration: registration, destination: destination) }
-        let result = try await exchange.send(
-            outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: destination.requestBodyLimit,
-            through: try conversations.manager(for: registration))
+        let result: ConversationResult
+        do {
+            result = try await exchange.send(
+                outgoing, body: request.body, declaredLength: request.headers[.contentLength].flatMap(Int64.init), limit: destination.requestBodyLimit,
+                through: try conversations.manager(for: registration))
+        } catch let error as OAuth2Error where error.code == .identityTokenExpired && registration.client != nil {
+            // An agent's registration speaks with the agent's newest token (`AgentAccess`): the
+            // conversation is built again from the registration, and the next call brings one.
+            conversations.evict(registration.id)
+            throw Problem(.unauthorized, .invalidIdentityToken, "the access token this registration speaks with has expired; call again with a fresh one")
+        }
         switch result {
         case .interactionRequired(let interaction):
             throw try await flows.interactionRequired(interaction, registration: registration)

@@ -29,6 +29,11 @@ final class AgentAccess: Sendable {
     let audit: AuditLog
     let metrics: Metrics
     let clock: any WallClock
+    let secrets: Secrets
+    let invalidation: CacheInvalidation
+    /// Per registration of a propagation destination, the expiry of the agent's token this
+    /// instance last stored as its identity (a newer token replaces it; bounded).
+    private let keptUntil = Mutex<[UUID: Date]>([:])
     /// An agent's registration, by (destination, user, client); `ClientTokens` keeps it current.
     let recent: InvalidatedCache<AgentKey, RegistrationRecord>
     private let labelledClients = Mutex<Set<String>>([])
@@ -36,9 +41,11 @@ final class AgentAccess: Sendable {
     init(
         resource: String, publicURL: String, verifier: IdentityTokenVerifier, registrations: any RegistrationRepository,
         cache: InvalidatedCache<AgentKey, RegistrationRecord>, destinations: [String: Destination], audit: AuditLog, metrics: Metrics,
-        clock: any WallClock
+        clock: any WallClock, secrets: Secrets, invalidation: CacheInvalidation
     ) {
         self.recent = cache
+        self.secrets = secrets
+        self.invalidation = invalidation
         self.resource = resource
         audiences = URLParts(resource).map { $0.path.isEmpty || $0.path == "/" } == true
             ? [resource.hasSuffix("/") ? String(resource.dropLast()) : resource, resource.hasSuffix("/") ? resource : resource + "/"] : [resource]
@@ -94,13 +101,14 @@ final class AgentAccess: Sendable {
             throw insufficientScope(missing: missing, required: destination.agentScopes)
         }
         let key = AgentKey(destination: destination.name, issuer: access.identity.issuer, subject: access.identity.subject, client: access.client)
-        let record = try await registration(for: key, access: access, destination: destination, cached: cached, logger: logger)
+        var record = try await registration(for: key, access: access, token: token, destination: destination, cached: cached, logger: logger)
+        record = try await keepIdentity(token, access, of: record, destination: destination)
         metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "accepted")])
         return record
     }
 
     private func registration(
-        for key: AgentKey, access: AccessTokenIdentity, destination: Destination, cached: Bool, logger: Logger
+        for key: AgentKey, access: AccessTokenIdentity, token: String, destination: Destination, cached: Bool, logger: Logger
     ) async throws -> RegistrationRecord {
         if cached, let record = recent.value(for: key) { return record }
         let mark = recent.mark()
@@ -108,13 +116,20 @@ final class AgentAccess: Sendable {
         if record == nil {
             let claim = destination.identityMatchClaim
             let match = access.identity.claims[claim] ?? access.identity.subject
+            let id = UUID()
+            // A destination whose grant speaks for the user speaks with the agent's token.
+            let identity = try destination.oauth2?.propagation.map { _ in
+                try secrets.seal(identity: PropagatedIdentity(token: token, verified: access.identity), id: id)
+            }
             let fresh = RegistrationRecord(
-                id: UUID(), destination: destination.name, status: .active, deviceType: nil, deviceModel: nil, userHint: nil, returnUrl: nil,
+                id: id, destination: destination.name, status: .active, deviceType: nil, deviceModel: nil, userHint: nil, returnUrl: nil,
                 credentialsSealed: nil, clientCertificateSealed: nil, createdAt: clock.now,
-                user: RegistrationUser(issuer: key.issuer, subject: key.subject, verified: true, match: match), client: key.client)
+                user: RegistrationUser(issuer: key.issuer, subject: key.subject, verified: true, match: match), identityTokenSealed: identity,
+                client: key.client)
             // Nobody holds a client token for it: the hash of random bytes stands in for one.
             let stored = try await registrations.insertAgent(fresh, clientTokenHash: SecretToken.hash(SecretToken.generate(prefix: "agent_")))
             if stored.id == fresh.id {
+                if identity != nil { remember(access, of: stored.id) }
                 var detail = ["agent": key.client, "issuer": key.issuer]
                 if let actor = access.actor { detail["actor"] = actor }
                 await audit.record(.registrationCreated, actor: .client, registrationID: stored.id, destination: destination.name, detail: detail)
@@ -128,6 +143,32 @@ final class AgentAccess: Sendable {
         guard let record else { throw Problem.invalidClientToken }
         if cached { recent.set(record, for: key, readSince: mark) }
         return record
+    }
+
+    /// On a destination whose grant speaks for the user (`token_exchange`, `jwt_bearer`,
+    /// `saml2_bearer`), the newest of the agent's tokens is the identity it speaks with: a token
+    /// that expires later than the one this instance last stored replaces it (sealed), and every
+    /// instance rebuilds the registration's conversation with it. The record returned carries it.
+    private func keepIdentity(
+        _ token: String, _ access: AccessTokenIdentity, of record: RegistrationRecord, destination: Destination
+    ) async throws -> RegistrationRecord {
+        guard destination.oauth2?.propagation != nil else { return record }
+        let expires = access.identity.expiresAt ?? .distantPast
+        if let kept = keptUntil.withLock({ $0[record.id] }), kept >= expires { return record }
+        var updated = record
+        let sealed = try secrets.seal(identity: PropagatedIdentity(token: token, verified: access.identity), id: record.id)
+        updated.identityTokenSealed = sealed
+        try await registrations.setIdentityToken(id: record.id, sealed: sealed)
+        await invalidation.changed(record.id)
+        remember(access, of: record.id)
+        return updated
+    }
+
+    private func remember(_ access: AccessTokenIdentity, of id: UUID) {
+        keptUntil.withLock { kept in
+            if kept.count >= 100_000 { kept.removeAll(keepingCapacity: true) }
+            kept[id] = access.identity.expiresAt ?? .distantPast
+        }
     }
 
     /// The client as a metrics label: its own for the first `maxLabelledClients` clients, `other` after.
