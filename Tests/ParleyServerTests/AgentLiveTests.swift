@@ -17,10 +17,7 @@ import UpstreamSimulator
     static func destinationsFile(_ sim: String) throws -> String {
         try ScratchFile.write(
             """
-            identityProviders:
-              - issuer: \(sim)
-                jwksUri: \(sim)/idp/jwks
-                audiences: [parley]
+            \(PropagationLiveTests.simulatorIdentityProvider(sim))
             destinations:
               - name: agents
                 url: \(sim)
@@ -58,16 +55,28 @@ import UpstreamSimulator
             body: try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? [])
     }
 
-    @Test func anAgentReachesTheUpstreamWithItsAccessTokenAndIsRefusedWhereAResourceServerRefuses() async throws {
+    /// The real binary on a fresh database with `destinationsFile`, the simulator beside it, and
+    /// `PARLEY_RESOURCE` set, for `body`; stopped after.
+    static func withAgentParley(
+        _ body: (_ parley: ParleyProcess, _ database: String, _ simulatorPort: Int, _ simulator: SimulatorState) async throws -> Void
+    ) async throws {
         let postgres = try await PostgresServer.shared()
         let database = try await postgres.createDatabase()
         try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
-            let sim = "http://127.0.0.1:\(simulatorPort)"
             let parley = try await ParleyProcess.start(environment: [
-                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": try Self.destinationsFile(sim),
-                "PARLEY_RESOURCE": Self.resource, "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug",
+                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys,
+                "PARLEY_DESTINATIONS": try Self.destinationsFile("http://127.0.0.1:\(simulatorPort)"), "PARLEY_RESOURCE": Self.resource,
+                "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug",
             ])
             defer { Task { await parley.stop() } }
+            try await body(parley, database, simulatorPort, simulator)
+            await parley.stop()
+        }
+    }
+
+    @Test func anAgentReachesTheUpstreamWithItsAccessTokenAndIsRefusedWhereAResourceServerRefuses() async throws {
+        try await Self.withAgentParley { parley, _, simulatorPort, simulator in
+            let sim = "http://127.0.0.1:\(simulatorPort)"
             let metadataURL = "http://127.0.0.1:\(parley.port)/.well-known/oauth-protected-resource"
             var minted: [String] = []
             func accessToken(
@@ -181,7 +190,6 @@ import UpstreamSimulator
             // Two calls of agent-a, one of agent-b, eight of carol's; no refused call went upstream.
             #expect(simulator.requests(route: "ANY /echo") == 11)
             for token in minted { #expect(!parley.log.contains(token), "an access token was logged") }
-            await parley.stop()
         }
     }
 
@@ -189,15 +197,7 @@ import UpstreamSimulator
     /// RFC 8693 subject token, the back end sees the token the authorization server issued (never
     /// the agent's), and a newer token of the agent replaces the one kept.
     @Test func anAgentsTokenIsExchangedForTheBackEndsOwnAndTheNewestIsKept() async throws {
-        let postgres = try await PostgresServer.shared()
-        let database = try await postgres.createDatabase()
-        try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
-            let sim = "http://127.0.0.1:\(simulatorPort)"
-            let parley = try await ParleyProcess.start(environment: [
-                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": try Self.destinationsFile(sim),
-                "PARLEY_RESOURCE": Self.resource,
-            ])
-            defer { Task { await parley.stop() } }
+        try await Self.withAgentParley { parley, database, simulatorPort, simulator in
             func accessToken(exp: Double) async throws -> String {
                 try await IdentityTokenLiveTests.mint(
                     simulatorPort, ["sub": "alice", "aud": Self.resource, "typ": "at+jwt", "exp": exp, "jsonClaims": ["client_id": "agent-x"]])
@@ -227,7 +227,6 @@ import UpstreamSimulator
             #expect(try await sealedIdentity() != kept, "the newer token was not kept")
             #expect(simulator.oauth.tokenCallsByGrant["urn:ietf:params:oauth:grant-type:token-exchange"] == 2)
             for token in [first, second] { #expect(!parley.log.contains(token)) }
-            await parley.stop()
         }
     }
 
@@ -243,10 +242,7 @@ import UpstreamSimulator
             let sim = "http://127.0.0.1:\(simulatorPort)"
             let destinations = try ScratchFile.write(
                 """
-                identityProviders:
-                  - issuer: \(sim)
-                    jwksUri: \(sim)/idp/jwks
-                    audiences: [parley]
+                \(PropagationLiveTests.simulatorIdentityProvider(sim))
                 destinations:
                   - name: mcp
                     url: http://127.0.0.1:\(upstreamPort)
@@ -263,7 +259,7 @@ import UpstreamSimulator
             try ExternalCheck.run(
                 "/bin/bash",
                 [
-                    packageRoot + "/scripts/mcp-sdk.sh", packageRoot + "/Tests/Fixtures/agents/mcp_check.py", "--upstream-port", String(upstreamPort),
+                    packageRoot + "/scripts/peer-python.sh", "mcp-sdk", packageRoot + "/Tests/Fixtures/agents/mcp_check.py", "--upstream-port", String(upstreamPort),
                     "--parley", base, "--issuer", sim, "--destination", "mcp", "--client-id", "parley-confidential", "--client-secret", "s3cret",
                     "--scope", "mcp.tools", "--out", out,
                 ])

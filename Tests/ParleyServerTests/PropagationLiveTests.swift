@@ -12,6 +12,13 @@ import UpstreamSimulator
 @Suite(.serialized) struct PropagationLiveTests {
     static let keys = "k1:" + Data(repeating: 7, count: 32).base64EncodedString()
 
+    /// The simulator's demo identity provider as the destinations file lists it (`audiences: [parley]`).
+    static func simulatorIdentityProvider(_ sim: String, indent: String = "") -> String {
+        [
+            "identityProviders:", "  - issuer: \(sim)", "    jwksUri: \(sim)/idp/jwks", "    audiences: [parley]",
+        ].map { indent + $0 }.joined(separator: "\n")
+    }
+
     static func destinationsFile(_ sim: String) throws -> String {
         let client = """
                   tokenEndpoint: \(sim)/oauth/token
@@ -20,10 +27,7 @@ import UpstreamSimulator
             """
         return try ScratchFile.write(
             """
-            identityProviders:
-              - issuer: \(sim)
-                jwksUri: \(sim)/idp/jwks
-                audiences: [parley]
+            \(simulatorIdentityProvider(sim))
             destinations:
               - name: exchange
                 url: \(sim)
@@ -232,49 +236,41 @@ import UpstreamSimulator
         let signing = try TestSigningKeys.generate()
         defer { signing.remove() }
         // The venv first (pip on a fresh machine), so the server's start is bounded by its own work.
-        try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/authlib-as.sh", "-c", "import authlib.oauth2.rfc7523, joserfc"])
+        try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/peer-python.sh", "authlib-as", "-c", "import authlib.oauth2.rfc7523, joserfc"])
         let serverPort = try FreePort.find()
         let parleyPort = try FreePort.find()
         let parleyURL = "http://127.0.0.1:\(parleyPort)"
         let tokenURL = "http://127.0.0.1:\(serverPort)/token"
         let authlib = try await ParleyProcess.start(
             arguments: [
-                packageRoot + "/scripts/authlib-as.sh", packageRoot + "/Tests/Fixtures/propagation/authlib_as.py", "--port", String(serverPort),
+                packageRoot + "/scripts/peer-python.sh", "authlib-as", packageRoot + "/Tests/Fixtures/propagation/authlib_as.py", "--port", String(serverPort),
                 "--token-url", tokenURL, "--client-issuer", parleyURL, "--client-jwks", parleyURL + "/.well-known/jwks.json",
                 "--user", "alice@example.com",
             ], environment: ["HOME": NSTemporaryDirectory()], port: serverPort, binary: "/bin/bash", readyLine: "authlib-as ready")
         defer { Task { await authlib.stop() } }
         try await withRunningSimulator(logger: quietLogger) { simulatorPort, _ in
             let sim = "http://127.0.0.1:\(simulatorPort)"
-            let client = """
+            // The same client twice; the second's assertions name another audience.
+            func destination(_ name: String, extra: String = "") -> String {
+                """
+                  - name: \(name)
+                    url: http://127.0.0.1:\(serverPort)
+                    registration: { identity: required }
+                    oauth2:
+                      grant: jwt_bearer
+                      assertion: parley
+                      subjectClaim: email
                       tokenEndpoint: \(tokenURL)
                       clientId: parley
-                      clientSecret: s3cret
+                      clientSecret: s3cret\(extra)
                 """
+            }
             let destinations = try ScratchFile.write(
                 """
-                identityProviders:
-                  - issuer: \(sim)
-                    jwksUri: \(sim)/idp/jwks
-                    audiences: [parley]
+                \(Self.simulatorIdentityProvider(sim))
                 destinations:
-                  - name: authlib
-                    url: http://127.0.0.1:\(serverPort)
-                    registration: { identity: required }
-                    oauth2:
-                      grant: jwt_bearer
-                      assertion: parley
-                      subjectClaim: email
-                \(client)
-                  - name: authlib-elsewhere
-                    url: http://127.0.0.1:\(serverPort)
-                    registration: { identity: required }
-                    oauth2:
-                      grant: jwt_bearer
-                      assertion: parley
-                      subjectClaim: email
-                      assertionAudience: https://another-server.example/token
-                \(client)
+                \(destination("authlib"))
+                \(destination("authlib-elsewhere", extra: "\n      assertionAudience: https://another-server.example/token"))
                 """, suffix: ".yaml")
             let parley = try await ParleyProcess.start(
                 environment: [

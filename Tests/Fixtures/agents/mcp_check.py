@@ -13,7 +13,7 @@ status), the tools it listed, what the echo tool answered, the Authorization hea
 upstream MCP server saw (none may reach it), and the access token (so that the test can check
 Parley never logged it). Exits 1 with a message when the session cannot be used.
 
-Run through scripts/mcp-sdk.sh, which provides the SDK in a pinned venv.
+Run through `scripts/peer-python.sh mcp-sdk`, which provides the SDK in a pinned venv.
 """
 
 import argparse

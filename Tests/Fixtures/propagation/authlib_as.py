@@ -1,5 +1,5 @@
 """A real RFC 7523 authorization server for Parley's `jwt_bearer` grant: Authlib's own
-`AuthorizationServer` and `JWTBearerGrant` (PyPI authlib, pinned by scripts/authlib-as.sh),
+`AuthorizationServer` and `JWTBearerGrant` (PyPI authlib, pinned by `scripts/peer-python.sh authlib-as`),
 configured as a deployment trusts a client that signs its own assertions: the client is found
 by the assertion's `iss` (Parley's issuer), its keys are fetched from its published JWK Set
 (Parley's /.well-known/jwks.json), the audience must be this server's token endpoint (Authlib
