@@ -96,6 +96,8 @@ public struct IdentityTokenError: Error, Sendable, Equatable, CustomStringConver
 public final class IdentityTokenVerifier: Sendable {
     /// Tokens larger than this are refused before they are parsed.
     public static let maxTokenBytes = 16 * 1024
+    /// The longest user name (the provider's `userClaim`) Parley takes.
+    public static let maxSubjectBytes = 1024
     /// The largest key set Parley reads.
     public static let maxKeySetBytes = 256 * 1024
     /// The algorithms Parley accepts; a key of another type never verifies them.
@@ -222,6 +224,10 @@ public final class IdentityTokenVerifier: Sendable {
         }
         guard let subject = claims[provider.userClaim]?.string, !subject.isEmpty else {
             throw IdentityTokenError(.missingClaim, "the identity token has no string '\(provider.userClaim)' claim naming the user")
+        }
+        // Stored and indexed with the registration: a name longer than any issuer's is refused, not failed on.
+        guard subject.utf8.count <= Self.maxSubjectBytes else {
+            throw IdentityTokenError(.malformed, "the identity token's '\(provider.userClaim)' claim is longer than \(Self.maxSubjectBytes) bytes")
         }
         var strings: [String: String] = [:]
         for (name, value) in claims { if let string = value.string { strings[name] = string } }

@@ -292,6 +292,47 @@ import UpstreamSimulator
         #expect(await f.refusal(try f.token(["email": ["a@b"]])) == .missingClaim)
     }
 
+    @Test func aUserNameLongerThanAnyIssuersIsRefused() async throws {
+        let f = try Fixture()
+        #expect(try await f.verifier.verify(try f.token(["sub": String(repeating: "a", count: 1024)])).subject.utf8.count == 1024)
+        #expect(await f.refusal(try f.token(["sub": String(repeating: "a", count: 1025)])) == .malformed)
+    }
+
+    /// An agent's access token (RFC 9068): `typ` at+jwt, the resource as `aud`, the client, the
+    /// actor and the scopes; an ID token of the same provider is not one.
+    @Test func accessTokensNeedTheirTypeTheResourceAndAClient() async throws {
+        let f = try Fixture()
+        let resource = "https://parley.example"
+        func access(_ changes: [String: Any], typ: Any = "at+jwt") throws -> String {
+            var all: [String: Any] = ["aud": resource, "client_id": "assistant", "scope": "orders.read orders.write"]
+            for (name, value) in changes { all[name] = value }
+            return try f.token(all, header: ["typ": typ])
+        }
+        func refusal(_ token: String) async -> IdentityTokenError.Check? {
+            do throws(IdentityTokenError) {
+                _ = try await f.verifier.verifyAccessToken(token, resources: [resource])
+                return nil
+            } catch {
+                return error.check
+            }
+        }
+        let accepted = try await f.verifier.verifyAccessToken(
+            try access(["act": ["sub": "gateway-1", "act": ["sub": "deeper"]], "scp": ["admin"]]), resources: [resource])
+        #expect(accepted.client == "assistant" && accepted.actor == "gateway-1" && accepted.identity.subject == "alice-123")
+        #expect(accepted.scopes == ["orders.read", "orders.write", "admin"])
+        #expect(try await f.verifier.verifyAccessToken(try access([:], typ: "application/AT+JWT"), resources: [resource]).client == "assistant")
+        #expect(try await f.verifier.verifyAccessToken(try access(["client_id": NSNull(), "azp": "other"]), resources: [resource]).client == "other")
+        #expect(await refusal(try access([:], typ: "JWT")) == .tokenType)
+        #expect(await refusal(try access([:], typ: NSNull())) == .tokenType)
+        #expect(await refusal(try access([:], typ: 7)) == .tokenType)
+        #expect(await refusal(try access(["aud": "parley"])) == .audience, "an audience of identity tokens is not the resource")
+        #expect(await refusal(try access(["client_id": NSNull()])) == .missingClaim)
+        #expect(await refusal(try access(["client_id": 42])) == .missingClaim)
+        #expect(await refusal(try access(["act": "gateway"])) == .malformed)
+        #expect(await refusal(try access(["act": ["sub": 1]])) == .malformed)
+        #expect(await refusal(try access(["exp": Int(f.now) - 120])) == .expired)
+    }
+
     @Test func keySetsAreReadLeniently() async throws {
         let f = try Fixture()
         var keys = f.signer.publicJWKs

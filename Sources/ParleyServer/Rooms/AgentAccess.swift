@@ -171,9 +171,12 @@ final class AgentAccess: Sendable {
         }
     }
 
-    /// The client as a metrics label: its own for the first `maxLabelledClients` clients, `other` after.
+    /// The client as a metrics label: its own for the first `maxLabelledClients` clients, `other`
+    /// after, and for a client id that is not short printable ASCII without quotes or backslashes.
     private func clientLabel(_ client: String) -> String {
-        labelledClients.withLock { known in
+        guard client.utf8.count <= 128, client.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") })
+        else { return "other" }
+        return labelledClients.withLock { known in
             if known.contains(client) { return client }
             guard known.count < Self.maxLabelledClients else { return "other" }
             known.insert(client)
