@@ -67,6 +67,8 @@ import UpstreamSimulator
                 let stale = try await live.request("POST", "/v1/proxy/oauth-api/payments", token: token)
                 #expect(stale.status == 401 && stale.json?["code"] as? String == "interaction_required", "\(stale.text)")
                 #expect((stale.json?["detail"] as? String)?.contains("at most 300 s old") == true)
+                // Like every 401 Parley answers on /v1, it names the protected-resource metadata.
+                #expect(stale.header("WWW-Authenticate")?.contains("resource_metadata=\"\(live.baseURL)/.well-known/oauth-protected-resource\"") == true)
                 let flow = try #require(stale.json?["flow"] as? [String: Any])
                 #expect(flow["kind"] as? String == "oauth2")
                 let flowID = try #require(flow["id"] as? String)
