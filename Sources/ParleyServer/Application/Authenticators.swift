@@ -30,7 +30,7 @@ struct ClientAuthenticator: RouterMiddleware {
         let found: RegistrationRecord?
         if let agents, AgentAccess.isJWT(token) {
             found = try await agents.registration(
-                token: token, destinationName: request.headers[HTTPField.Name(AgentAccess.destinationHeader)!], cached: cached,
+                token: token, destinationName: request.headers[.parleyDestination], cached: cached,
                 logger: context.logger)
         } else {
             found = try await clientTokens.registration(token: token, cached: cached)

@@ -190,7 +190,8 @@ func compose(
             clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }),
         proxy: ProxyController(
             conversations: conversations, flows: flows, exchange: exchange,
-            stepUp: StepUpGate(registrations: d.registrations, flows: flows, kinds: kinds, clock: d.clock)),
+            stepUp: StepUpGate(registrations: d.registrations, flows: flows, kinds: kinds, clock: d.clock),
+            signInWaits: SignInWaits(invalidation: invalidation)),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
             inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics)),

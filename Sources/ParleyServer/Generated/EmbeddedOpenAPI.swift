@@ -1282,7 +1282,18 @@ public enum EmbeddedOpenAPI {
                     "$ref": "#/components/responses/RateLimited"
                   }
                 }
-              }
+              },
+              "parameters": [
+                {
+                  "name": "Prefer",
+                  "in": "header",
+                  "required": false,
+                  "schema": {
+                    "type": "string"
+                  },
+                  "description": "`wait=N` (RFC 7240, seconds, clamped to 60): a call that meets a sign-in is held until the flow completes on any instance, then sent again and answered by the upstream; after N seconds it is the `401 interaction_required` it would have been. The answer then carries `Preference-Applied: wait=N`."
+                }
+              ]
             },
             "/v1/proxy/{path}": {
               "summary": "Proxy to the destination (a path below its URL)",
@@ -1296,6 +1307,15 @@ public enum EmbeddedOpenAPI {
                     "type": "string"
                   },
                   "description": "The rest of the request target: one or more segments, `/` included (the route is `/v1/proxy/**`). Each segment is percent-decoded, checked and encoded again; a segment that decodes to `.` or `..`, an encoded `/` or `\\`, a raw `\\`, an empty segment, a control character or broken percent-encoding is `400 invalid_request`. The query string is passed on exactly as sent."
+                },
+                {
+                  "name": "Prefer",
+                  "in": "header",
+                  "required": false,
+                  "schema": {
+                    "type": "string"
+                  },
+                  "description": "`wait=N` (RFC 7240, seconds, clamped to 60): a call that meets a sign-in is held until the flow completes on any instance, then sent again and answered by the upstream; after N seconds it is the `401 interaction_required` it would have been. The answer then carries `Preference-Applied: wait=N`."
                 }
               ],
               "get": {

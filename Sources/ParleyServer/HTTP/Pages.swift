@@ -188,4 +188,9 @@ extension HTTPField.Name {
     static let parleyFlow = Self("Parley-Flow")!
     static let refresh = Self("Refresh")!
     static let parleyRequestID = Self("Parley-Request-Id")!
+    /// RFC 7240.
+    static let preferHeader = Self("Prefer")!
+    static let preferenceApplied = Self("Preference-Applied")!
+    /// The destination of an agent's call (`AgentAccess`).
+    static let parleyDestination = Self(AgentAccess.destinationHeader)!
 }

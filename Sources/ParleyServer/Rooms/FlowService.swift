@@ -144,9 +144,27 @@ struct FlowService: Sendable {
             detail: "this call needs a sign-in at most \(seconds) s old (\(kind.rawValue)); open the flow URL, then call again")
     }
 
+    /// The pending login flow a challenge asks the person to complete (reused, as for its `401`).
+    func pendingFlow(for interaction: InteractionRequest, registration: RegistrationRecord) async throws -> FlowRecord {
+        try await pendingFlow(
+            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url, purpose: .login, registration: registration
+        ).flow
+    }
+
     private func interactionRequired(
         kind: FlowKind, scopeKey: String?, challengeURL: String?, purpose: FlowPurpose, registration: RegistrationRecord, detail: String
     ) async throws -> Problem {
+        let (flow, url) = try await pendingFlow(
+            kind: kind, scopeKey: scopeKey, challengeURL: challengeURL, purpose: purpose, registration: registration)
+        var problem = Problem(.unauthorized, .interactionRequired, detail)
+        problem.headers[.parleyFlow] = url
+        problem.extra["flow"] = try JSONValueEncoder().encode(view(flow, url: url))
+        return problem
+    }
+
+    private func pendingFlow(
+        kind: FlowKind, scopeKey: String?, challengeURL: String?, purpose: FlowPurpose, registration: RegistrationRecord
+    ) async throws -> (flow: FlowRecord, url: String) {
         let flow: FlowRecord
         let url: String
         if let pending = try await flows.latest(registrationID: registration.id, purpose: purpose), pending.status == .pending,
@@ -157,10 +175,7 @@ struct FlowService: Sendable {
         } else {
             (flow, url) = try await create(for: registration, kind: kind, purpose: purpose, scopeKey: scopeKey, challengeURL: challengeURL)
         }
-        var problem = Problem(.unauthorized, .interactionRequired, detail)
-        problem.headers[.parleyFlow] = url
-        problem.extra["flow"] = try JSONValueEncoder().encode(view(flow, url: url))
-        return problem
+        return (flow, url)
     }
 
     /// The registration's own flow only; waits (at most 60 s) for it to leave `pending`,

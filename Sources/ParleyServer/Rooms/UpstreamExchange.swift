@@ -33,14 +33,17 @@ struct UpstreamExchange: Sendable {
 
     /// Sends `outgoing` with the client's `body` (at most `limit` bytes, `413` beyond)
     /// through `manager`. The body is kept until the conversation is over, so a restart
-    /// (a challenge, a renewed token, a CSRF retry) can send it again.
+    /// (a challenge, a renewed token, a CSRF retry) can send it again. With `afterSignIn`, a
+    /// conversation that needs a person waits for it there: when it hands back a manager (the
+    /// sign-in completed), the request is sent again through it, with the same body.
     func send(
-        _ outgoing: Outgoing, body: RequestBody, declaredLength: Int64?, limit: Int64, through manager: ConversationManager
+        _ outgoing: Outgoing, body: RequestBody, declaredLength: Int64?, limit: Int64, through manager: ConversationManager,
+        afterSignIn: (@Sendable (InteractionRequest) async throws -> ConversationManager?)? = nil
     ) async throws -> ConversationResult {
         if let declaredLength, declaredLength > limit {
             throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
         }
-        func exchange(_ spooled: SpooledBody) async -> Result<ConversationResult, any Error> {
+        func exchange(_ spooled: SpooledBody, through manager: ConversationManager) async -> Result<ConversationResult, any Error> {
             do {
                 return .success(
                     try await manager.execute(
@@ -50,14 +53,14 @@ struct UpstreamExchange: Sendable {
             }
         }
         let spooled: SpooledBody
-        let outcome: Result<ConversationResult, any Error>
+        var outcome: Result<ConversationResult, any Error>
         if let declaredLength, declaredLength > Int64(memoryBodyBytes) {
             // Too large for memory and of known length: the exchange sends the body while
             // it is still arriving (and spooled for a replay).
             let streaming = try await StreamingSpool.start(length: declaredLength, spool: spool)
             spooled = streaming.spooled
             async let filled: Void = streaming.run(body)
-            outcome = await exchange(spooled)
+            outcome = await exchange(spooled, through: manager)
             // The client's body first: when it broke off, that explains the exchange's failure.
             do { try await filled } catch {
                 spooled.remove()
@@ -66,7 +69,17 @@ struct UpstreamExchange: Sendable {
             }
         } else {
             spooled = try await SpooledBody.read(body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
-            outcome = await exchange(spooled)
+            outcome = await exchange(spooled, through: manager)
+        }
+        if let afterSignIn, case .success(.interactionRequired(let interaction)) = outcome {
+            let next: ConversationManager?
+            do {
+                next = try await afterSignIn(interaction)
+            } catch {
+                spooled.remove()
+                throw error
+            }
+            if let next { outcome = await exchange(spooled, through: next) }
         }
         // The conversation is over: no restart can replay the body any more.
         spooled.remove()
