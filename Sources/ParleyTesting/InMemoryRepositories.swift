@@ -52,6 +52,14 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
+    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool {
+        rows.withLock { rows in
+            guard rows[id]?.record.status == from else { return false }
+            rows[id]?.record.status = to
+            return true
+        }
+    }
+
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
     public func setSignedIn(id: UUID, at: Date) async throws { rows.withLock { $0[id]?.record.signedInAt = at } }
     public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.identityTokenSealed = sealed } }

@@ -308,10 +308,11 @@ import UpstreamSimulator
             for (name, value) in changes { all[name] = value }
             return try f.token(all, header: ["typ": typ])
         }
+        let verifier = f.verifier
         func refusal(_ token: String) async -> IdentityTokenError.Check? {
-            do throws(IdentityTokenError) {
-                _ = try await f.verifier.verifyAccessToken(token, resources: [resource])
-                return nil
+            do {
+                let accepted = try await verifier.verifyAccessToken(token, resources: [resource])
+                return accepted.client.isEmpty ? .missingClaim : nil
             } catch {
                 return error.check
             }

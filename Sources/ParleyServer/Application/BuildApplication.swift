@@ -100,8 +100,10 @@ func compose(
     let csrfTokens = CSRFTokenCache()
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
     let usage = TokenUsage()
+    let reconnects = Reconnects()
     let broker = OAuth2Broker(
-        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics), callGate: limits, usage: usage,
+        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics, reconnects: reconnects), callGate: limits,
+        usage: usage,
         signer: configuration.keys.signingKeys, samlSigner: SAMLAssertionIssuing.sign, issuer: configuration.server.publicURL, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
@@ -130,6 +132,8 @@ func compose(
         ], staging: staging,
         binding: IdentityBinding(registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) }))
     flows.metrics = metrics
+    reconnects.bind(
+        Reconnects.handler(registrations: d.registrations, flows: flows, invalidation: invalidation, audit: audit, logger: logger))
     // One verifier (and one cache of each provider's keys) for identity tokens and agents' access tokens.
     let identityTokens = IdentityTokenVerifier(providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger)
     let registrations = RegistrationService(

@@ -536,7 +536,18 @@ public enum EmbeddedOpenAPI {
                   "503": {
                     "$ref": "#/components/responses/StoreUnavailable"
                   }
-                }
+                },
+                "parameters": [
+                  {
+                    "name": "wait",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "Seconds, clamped to 0…60 and never refused (not a number: no wait): answer as soon as `status` differs from what it was when the call arrived, on any instance, or after that long as it is then."
+                  }
+                ]
               },
               "delete": {
                 "tags": [
@@ -4488,9 +4499,10 @@ public enum EmbeddedOpenAPI {
                 "enum": [
                   "active",
                   "login_required",
-                  "pending_approval"
+                  "pending_approval",
+                  "reconnect_required"
                 ],
-                "description": "`active`; `login_required` while the SMP registration waits for a person's sign-in (then `flow` is set); `pending_approval` while a destination with `registration.policy: approval` waits for an administrator (`POST /admin/v1/registrations/{id}/approval`)."
+                "description": "`active`; `login_required` while the SMP registration waits for a person's sign-in (then `flow` is set); `pending_approval` while a destination with `registration.policy: approval` waits for an administrator (`POST /admin/v1/registrations/{id}/approval`); `reconnect_required` once the authorization server rejected the refresh token of its authorization-code token (then `flow` is the sign-in that renews it; `active` again by itself when a flow completes)."
               },
               "Registration": {
                 "type": "object",

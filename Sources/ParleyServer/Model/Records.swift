@@ -7,6 +7,9 @@ public enum RegistrationStatus: String, Sendable, CaseIterable {
     case loginRequired = "login_required"
     /// The destination's policy is `approval`: nothing upstream until an administrator approves.
     case pendingApproval = "pending_approval"
+    /// Its credentials can no longer be renewed without a person (a refresh token was
+    /// rejected); `active` again when a flow completes.
+    case reconnectRequired = "reconnect_required"
 }
 
 /// The kinds of interactive flow: the ones a conversation can ask for.

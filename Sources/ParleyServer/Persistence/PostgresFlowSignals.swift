@@ -11,16 +11,10 @@ import Synchronization
 public final class PostgresFlowSignals: FlowSignals, Service {
     static let channel = "parley_flows"
 
-    private struct Waiter {
-        let flowID: String
-        let continuation: CheckedContinuation<Void, Never>
-    }
-
     private let store: PostgresStore
     private let listener: NotificationListener
-    private let waiters = Mutex<(next: Int, all: [Int: Waiter])>((0, [:]))
-    /// Set when graceful shutdown starts: waiting long-polls answer with what they have.
-    private let draining = Atomic<Bool>(false)
+    /// Long-polls by flow id; closed when graceful shutdown starts, so they answer with what they have.
+    private let waiters = KeyedWaiters<String>()
 
     public init(store: PostgresStore, listener: NotificationListener) {
         self.store = store
@@ -42,48 +36,14 @@ public final class PostgresFlowSignals: FlowSignals, Service {
         drain()
     }
 
-    public func drain() {
-        draining.store(true, ordering: .sequentiallyConsistent)
-        wake { _ in true }
-    }
+    public func drain() { waiters.close() }
 
     /// Returns when `flowID` is notified, after `timeout`, or on cancellation; false once
     /// graceful shutdown has started.
     public func wait(for flowUUID: UUID, timeout: Duration) async -> Bool {
-        guard !draining.load(ordering: .sequentiallyConsistent) else { return false }
-        let flowID = flowUUID.uuidString.lowercased()
-        let id = waiters.withLock { state -> Int in
-            state.next += 1
-            return state.next
-        }
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { continuation in
-                        let cancelled = self.waiters.withLock { state -> Bool in
-                            if Task.isCancelled || self.draining.load(ordering: .sequentiallyConsistent) { return true }
-                            state.all[id] = Waiter(flowID: flowID, continuation: continuation)
-                            return false
-                        }
-                        if cancelled { continuation.resume() }
-                    }
-                } onCancel: {
-                    self.waiters.withLock { $0.all.removeValue(forKey: id) }?.continuation.resume()
-                }
-            }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-        }
-        return !draining.load(ordering: .sequentiallyConsistent)
+        await waiters.wait(for: flowUUID.uuidString.lowercased(), timeout: timeout)
+        return !waiters.isClosed
     }
 
-    private func wake(_ matches: (String) -> Bool) {
-        let woken = waiters.withLock { state -> [Waiter] in
-            let hit = state.all.filter { matches($0.value.flowID) }
-            for key in hit.keys { state.all[key] = nil }
-            return Array(hit.values)
-        }
-        for waiter in woken { waiter.continuation.resume() }
-    }
+    private func wake(_ matches: (String) -> Bool) { waiters.wake(matches) }
 }

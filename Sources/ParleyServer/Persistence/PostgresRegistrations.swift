@@ -113,6 +113,11 @@ public struct PostgresRegistrations: RegistrationRepository {
         try await store.execute("UPDATE registrations SET status = \(status.rawValue), updated_at = now() WHERE id = \(id)")
     }
 
+    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool {
+        try await store.execute(
+            "UPDATE registrations SET status = \(to.rawValue), updated_at = now() WHERE id = \(id) AND status = \(from.rawValue)") > 0
+    }
+
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
         try await store.execute("UPDATE registrations SET credentials_sealed = \(sealed), updated_at = now() WHERE id = \(id)")
     }

@@ -18,6 +18,8 @@ public protocol RegistrationRepository: Sendable {
     /// `active`, with the APPCID (sealed) the upstream gave, if any.
     func activate(id: UUID, appcidSealed: [UInt8]?) async throws
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
+    /// `from` → `to` when the registration is `from` now; false otherwise (or gone).
+    func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool
     /// Credentials a person entered in a hosted form (sealed).
     func setCredentials(id: UUID, sealed: [UInt8]) async throws
     /// A person completed an interactive sign-in for the registration at `at` (step-up rules read it).

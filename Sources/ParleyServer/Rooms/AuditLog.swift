@@ -16,6 +16,10 @@ enum AuditAction: String, Sendable, CaseIterable {
     case registrationSMPFailed = "registration.smp_failed"
     case registrationUpstreamDeleteFailed = "registration.upstream_delete_failed"
     case registrationDeleted = "registration.deleted"
+    /// A rejected refresh token: only a person can renew the registration's credentials now.
+    case registrationReconnectRequired = "registration.reconnect_required"
+    /// A flow completed for a `reconnect_required` registration: it is `active` again.
+    case registrationRecovered = "registration.recovered"
 
     case flowCreated = "flow.created"
     case flowCompleted = "flow.completed"

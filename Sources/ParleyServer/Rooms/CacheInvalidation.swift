@@ -12,6 +12,9 @@ struct CacheInvalidation: Service {
     let conversations: Conversations
     let tokens: any TokenRepository
     let logger: Logger
+    /// Long-polls of a registration's status (`GET /v1/registrations/me?wait=`), woken by every
+    /// change announced for it, on any instance.
+    let changes = KeyedWaiters<UUID>()
 
     /// A registration's credentials or state changed: forget it here, then tell every instance.
     func changed(_ registrationID: UUID) async {
@@ -39,6 +42,7 @@ struct CacheInvalidation: Service {
             clientTokens.forget(id)
             conversations.forget(id)
             tokens.forget(key: nil, registrationID: id)
+            changes.wake { $0 == id }
         case .token(let key):
             tokens.forget(key: key, registrationID: nil)
         case .cookieJar(let id):
@@ -51,12 +55,14 @@ struct CacheInvalidation: Service {
             clientTokens.setCaching(true)
             conversations.cookies.setCaching(true)
             tokens.setCaching(true)
+            changes.wake { _ in true }
         case .suspended:
             logger.warning("cache signal lost: caching paused until it is back")
             clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
             tokens.setCaching(false)
             conversations.forgetAll()
+            changes.wake { _ in true }
         }
     }
 }

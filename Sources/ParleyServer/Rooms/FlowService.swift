@@ -147,7 +147,8 @@ struct FlowService: Sendable {
     /// The pending login flow a challenge asks the person to complete (reused, as for its `401`).
     func pendingFlow(for interaction: InteractionRequest, registration: RegistrationRecord) async throws -> FlowRecord {
         try await pendingFlow(
-            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url, purpose: .login, registration: registration
+            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url.isEmpty ? nil : interaction.url, purpose: .login,
+            registration: registration
         ).flow
     }
 
@@ -219,6 +220,11 @@ struct FlowService: Sendable {
             // A person signed in just now: what step-up rules compare with.
             do {
                 try await binding.registrations.setSignedIn(id: flow.registrationID, at: clock.now)
+                // A registration that needed a person again has one: it is active by itself.
+                if try await binding.registrations.changeStatus(from: .reconnectRequired, to: .active, id: flow.registrationID) {
+                    await audit.record(.registrationRecovered, actor: .system, registrationID: flow.registrationID, detail: ["flow": flow.idString])
+                    await binding.invalidation(flow.registrationID)
+                }
             } catch {
                 logger.warning("the sign-in time was not recorded", metadata: ["flow.id": .string(flow.idString), "error": "\(error)"])
             }

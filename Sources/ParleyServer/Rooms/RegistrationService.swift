@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import ParleyCrypto
 import ParleyEncoding
+import Synchronization
 
 /// `POST /v1/registrations` input. Unknown members are ignored; wrong types are refused.
 struct CreateRegistration: Decodable {
@@ -315,9 +316,34 @@ struct RegistrationService: Sendable {
 
     /// The pending flow a `login_required` registration waits on.
     func pendingFlow(of record: RegistrationRecord) async throws -> FlowView? {
-        guard record.status == .loginRequired, let flow = try await flows.flows.latest(registrationID: record.id, purpose: .smpRegistration)
-        else { return nil }
-        return flows.view(flow)
+        switch record.status {
+        case .loginRequired:
+            return try await flows.flows.latest(registrationID: record.id, purpose: .smpRegistration).map { flows.view($0) }
+        case .reconnectRequired:
+            // The sign-in it waits on (made when it became reconnect_required, or a later one).
+            guard let flow = try await flows.flows.latest(registrationID: record.id, purpose: .login), flow.status == .pending else { return nil }
+            return flows.view(flow)
+        case .active, .pendingApproval:
+            return nil
+        }
+    }
+
+    /// `GET /v1/registrations/me?wait=S`: the registration as soon as its status differs from
+    /// `record`'s, or after `seconds` (clamped to 60) as it is then; woken by the changes any
+    /// instance announces. A registration deleted meanwhile is `401`, as its token is.
+    func awaitChange(of record: RegistrationRecord, seconds requested: Double) async throws -> RegistrationRecord {
+        let seconds = requested.isFinite ? min(60, max(0, requested)) : 0
+        var current = record
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        while current.status == record.status {
+            let left = deadline - ContinuousClock.now
+            guard left > .zero, !invalidation.changes.isClosed else { break }
+            await invalidation.changes.wait(for: record.id, timeout: left)
+            try Task.checkCancellation()
+            guard let fresh = try await registrations.find(id: record.id) else { throw Problem.invalidClientToken }
+            current = fresh
+        }
+        return current
     }
 
     /// The registration's APPCID, opened; nil before the upstream gave one.
@@ -326,20 +352,67 @@ struct RegistrationService: Sendable {
     }
 }
 
-/// Token events become audit events (no token values) and refresh outcomes a metric.
+/// Token events become audit events (no token values) and refresh outcomes a metric; a
+/// rejected refresh of a token only a person can renew makes its registration `reconnect_required`.
 struct AuditTokenEvents: TokenEventSink {
     let audit: AuditLog
     let metrics: Metrics
+    var reconnects: Reconnects? = nil
 
     func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant, detail: String?) async {
         var fields = ["grant": grant.rawValue, "scopeKey": key.scopeKey]
         if let detail { fields["outcome"] = detail }
-        await audit.record(
-            AuditAction(event), actor: .system, registrationID: key.registrationID.flatMap(UUID.init(uuidString:)), destination: key.destination,
-            detail: fields)
+        let registration = key.registrationID.flatMap(UUID.init(uuidString:))
+        await audit.record(AuditAction(event), actor: .system, registrationID: registration, destination: key.destination, detail: fields)
+        if event == .refreshRejected, grant == .authorizationCode, let registration {
+            await reconnects?.refreshRejected(registration: registration, scopeKey: key.scopeKey)
+        }
     }
 
     func refreshed(_ outcome: RefreshOutcome, destination: String) {
         metrics.increment(.tokenRefreshes, [("destination", destination), ("outcome", outcome.rawValue)])
+    }
+}
+
+/// `reconnect_required`: a registration whose authorization-code token's refresh was rejected
+/// can only be renewed by a person. It gets that status and a fresh sign-in flow (its `flow`),
+/// every instance hears of it (long-polls wake), and a completed flow makes it `active` again
+/// (`FlowService.finish`). Bound late: the token broker exists before the flows do.
+final class Reconnects: Sendable {
+    private let handler = Mutex<(@Sendable (UUID, String) async -> Void)?>(nil)
+
+    init() {}
+
+    func bind(_ handle: @escaping @Sendable (_ registration: UUID, _ scopeKey: String) async -> Void) {
+        handler.withLock { $0 = handle }
+    }
+
+    func refreshRejected(registration: UUID, scopeKey: String) async {
+        guard let handle = handler.withLock({ $0 }) else { return }
+        await handle(registration, scopeKey)
+    }
+
+    /// The handler of a composed server: the status, a fresh flow, the audit event, the news.
+    static func handler(
+        registrations: any RegistrationRepository, flows: FlowService, invalidation: CacheInvalidation, audit: AuditLog, logger: Logger
+    ) -> @Sendable (UUID, String) async -> Void {
+        { id, scopeKey in
+            do {
+                guard try await registrations.changeStatus(from: .active, to: .reconnectRequired, id: id),
+                    let record = try await registrations.find(id: id)
+                else { return }
+                let flow = try await flows.pendingFlow(
+                    for: InteractionRequest(kind: .oauth2, scopeKey: scopeKey, url: ""), registration: record)
+                await audit.record(
+                    .registrationReconnectRequired, actor: .system, registrationID: id, destination: record.destination,
+                    detail: ["flow": flow.idString, "reason": "refresh_rejected"])
+                logger.info("registration needs a person again", metadata: ["registration.id": .string(record.idString)])
+                await invalidation.changed(id)
+            } catch {
+                logger.warning(
+                    "a registration could not be marked reconnect_required",
+                    metadata: ["registration.id": .string(id.uuidString.lowercased()), "error": "\(error)"])
+            }
+        }
     }
 }

@@ -1,0 +1,61 @@
+import Synchronization
+
+/// Long-polls that wait for news of one key (a flow, a registration): `wait` returns when its
+/// key is woken, after `timeout`, or on cancellation, whichever comes first; `wake` resumes the
+/// waiters of the keys it matches. A waiter never outlives its timeout.
+final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
+    private struct Waiter {
+        let key: Key
+        let continuation: CheckedContinuation<Void, Never>
+    }
+
+    private let waiters = Mutex<(next: Int, all: [Int: Waiter])>((0, [:]))
+    /// Once closed (graceful shutdown), every wait returns at once.
+    private let closed = Atomic<Bool>(false)
+
+    init() {}
+
+    var isClosed: Bool { closed.load(ordering: .sequentiallyConsistent) }
+
+    func wait(for key: Key, timeout: Duration) async {
+        guard !isClosed else { return }
+        let id = waiters.withLock { state -> Int in
+            state.next += 1
+            return state.next
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        let done = self.waiters.withLock { state -> Bool in
+                            if Task.isCancelled || self.isClosed { return true }
+                            state.all[id] = Waiter(key: key, continuation: continuation)
+                            return false
+                        }
+                        if done { continuation.resume() }
+                    }
+                } onCancel: {
+                    self.waiters.withLock { $0.all.removeValue(forKey: id) }?.continuation.resume()
+                }
+            }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    func wake(_ matches: (Key) -> Bool) {
+        let woken = waiters.withLock { state -> [Waiter] in
+            let hit = state.all.filter { matches($0.value.key) }
+            for id in hit.keys { state.all[id] = nil }
+            return Array(hit.values)
+        }
+        for waiter in woken { waiter.continuation.resume() }
+    }
+
+    /// Every wait, now and later, returns at once.
+    func close() {
+        closed.store(true, ordering: .sequentiallyConsistent)
+        wake { _ in true }
+    }
+}
