@@ -509,6 +509,9 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             if policy != .open {
                 problems.append("\(label): registration.implicit registrations are created on first use, so registration.policy must be open")
             }
+            if smp != nil {
+                problems.append("\(label): registration.implicit registrations are created on first use, with no SMP registration upstream, so smp cannot be set")
+            }
         }
         for scope in registration?.scopes ?? [] where scope.isEmpty || scope.utf8.count > 200 || !scope.utf8.allSatisfy(isScopeByte) {
             problems.append("\(label): registration.scopes must be OAuth scope tokens of 1 to 200 bytes (printable ASCII without spaces, '\"' or '\\')")

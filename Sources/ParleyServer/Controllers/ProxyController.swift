@@ -1,9 +1,9 @@
 import AuthFlows
 import Conversation
 import Foundation
-import Synchronization
 import HTTPTypes
 import Hummingbird
+import Synchronization
 
 /// `ANY /v1/proxy/{path…}`: the request goes through the registration's conversation
 /// manager (`UpstreamExchange`); the final upstream response streams back with end-to-end
