@@ -34,6 +34,8 @@ struct CacheInvalidation: Service {
         await cancelWhenGracefulShutdown {
             for await event in events { apply(event) }
         }
+        // Stopping: waiting long-polls answer with what they have, as flow long-polls do.
+        changes.close()
     }
 
     func apply(_ event: CacheEvent) {
