@@ -182,6 +182,14 @@ public final class InMemoryTokens: TokenRepository {
 
     public func markUsed(_ uses: [TokenKey: Date]) async throws {}
 
+    public func expiring(kind: String, before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
+        rows.withLock { rows in
+            rows.filter { $0.value.kind == kind && $0.key.registrationID != nil && $0.value.token.refreshToken != nil }
+                .compactMap { entry in entry.value.token.expiresAt.flatMap { $0 < before ? (entry.key, entry.value.token, $0) : nil } }
+                .sorted { $0.2 < $1.2 }.prefix(limit).map { ($0.0, $0.1) }
+        }
+    }
+
     public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let id = registrationID.uuidString.lowercased()
         return rows.withLock { rows in rows.filter { $0.key.registrationID == id }.map { ($0.key, $0.value.token) } }

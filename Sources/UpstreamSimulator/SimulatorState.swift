@@ -74,10 +74,33 @@ public final class SimulatorState: Sendable {
     /// Waits until `route` has seen at least `count` requests (counted when the handler
     /// starts, before it answers).
     public func waitForRequests(route: String, count: Int = 1) async {
+        await waitForRequests(route: route, count: count, id: nil)
+    }
+
+    /// As above, but gives up after `timeout`; whether the count was reached.
+    public func waitForRequests(route: String, count: Int = 1, timeout: Duration) async -> Bool {
+        let id = UUID()
+        let timer = Task { [self] in
+            try? await Task.sleep(for: timeout)
+            let expired = box.withLock { data -> CheckedContinuation<Void, Never>? in
+                data.expiredWaiters.insert(id)
+                guard let index = data.requestWaiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return data.requestWaiters.remove(at: index).continuation
+            }
+            expired?.resume()
+        }
+        await waitForRequests(route: route, count: count, id: id)
+        timer.cancel()
+        return requests(route: route) >= count
+    }
+
+    private func waitForRequests(route: String, count: Int, id: UUID?) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let reached = box.withLock { data -> Bool in
                 if data.requestsByRoute[route, default: 0] >= count { return true }
-                data.requestWaiters.append((route, count, continuation))
+                // A timer that fired before the wait began has ended it already.
+                if let id, data.expiredWaiters.contains(id) { return true }
+                data.requestWaiters.append((route, count, continuation, id))
                 return false
             }
             if reached { continuation.resume() }
@@ -133,6 +156,8 @@ public final class SimulatorState: Sendable {
         var port: Int?
         var stopped = false
         var portWaiters: [CheckedContinuation<Int?, Never>] = []
-        var requestWaiters: [(route: String, count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var requestWaiters: [(route: String, count: Int, continuation: CheckedContinuation<Void, Never>, id: UUID?)] = []
+        /// Bounded waits whose time ran out.
+        var expiredWaiters: Set<UUID> = []
     }
 }

@@ -33,7 +33,7 @@ import UpstreamSimulator
                     body: Array(#"{"item":"held"}"#.utf8))
             }
             // The held call met the challenge upstream before anybody signed in.
-            await live.simulator.waitForRequests(route: "ANY /oauth-api", count: 2)
+            #expect(await live.simulator.waitForRequests(route: "ANY /oauth-api", count: 2, timeout: .seconds(30)))
             let page = try await ChromeDriver.withSession { browser in
                 try await OAuth2IdentityLiveTests.signIn(
                     browser, live: live, flowURL: flowURL, flowID: flowID, username: "alice", password: "wonderland")

@@ -238,7 +238,11 @@ func compose(
     let housekeeping = Housekeeping(
         usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.housekeeping.auditRetention,
         clock: d.clock, logger: logger, usageInterval: configuration.housekeeping.tokenUsageInterval)
-    return (router, [invalidation, housekeeping])
+    let refreshAhead = RefreshAhead(
+        tokens: d.tokens, broker: broker, configurator: configurator, destinations: configuration.destinations,
+        lead: configuration.housekeeping.refreshAhead, interval: configuration.housekeeping.refreshAheadInterval,
+        perDestination: configuration.housekeeping.refreshAheadPerDestination, clock: d.clock, logger: logger)
+    return (router, [invalidation, housekeeping, refreshAhead])
 }
 
 /// The Hummingbird application: the router plus the services it depends on.

@@ -380,14 +380,32 @@ extension ParleyConfiguration {
         public var auditRetention: Duration
         /// How often token use is written (`last_used_at`), in one batch.
         public var tokenUsageInterval: Duration
+        /// Refresh ahead of need: a registration's authorization-code token that expires within
+        /// this is refreshed in the background (`PARLEY_REFRESH_AHEAD_SECONDS`; zero: off).
+        public var refreshAhead: Duration
+        /// How often the background refresh looks (`PARLEY_REFRESH_AHEAD_INTERVAL_SECONDS`), with
+        /// up to a fifth of it added at random, so instances do not look in step.
+        public var refreshAheadInterval: Duration
+        /// The most refreshes one look starts per destination (`PARLEY_REFRESH_AHEAD_PER_DESTINATION`).
+        public var refreshAheadPerDestination: Int
 
-        public init(auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5)) {
+        public init(
+            auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5), refreshAhead: Duration = .seconds(300),
+            refreshAheadInterval: Duration = .seconds(30), refreshAheadPerDestination: Int = 50
+        ) {
             self.auditRetention = auditRetention
             self.tokenUsageInterval = tokenUsageInterval
+            self.refreshAhead = refreshAhead
+            self.refreshAheadInterval = refreshAheadInterval
+            self.refreshAheadPerDestination = refreshAheadPerDestination
         }
 
         init(reading settings: SettingsReader) {
-            self.init(auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400))
+            self.init(
+                auditRetention: .seconds(settings.int("audit_retention_days", default: 90, in: 1...3650) * 86_400),
+                refreshAhead: .seconds(settings.int("refresh_ahead_seconds", default: 300, in: 0...86_400)),
+                refreshAheadInterval: .seconds(settings.int("refresh_ahead_interval_seconds", default: 30, in: 1...3600)),
+                refreshAheadPerDestination: settings.int("refresh_ahead_per_destination", default: 50, in: 1...10_000))
         }
     }
 }

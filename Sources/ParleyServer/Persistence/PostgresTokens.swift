@@ -112,6 +112,24 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
         }
     }
 
+    public func expiring(kind: String, before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
+        let rows = try await store.query(
+            """
+            SELECT destination, registration_id, scope_key, access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at
+            FROM tokens WHERE kind = \(kind) AND registration_id IS NOT NULL AND refresh_token_sealed IS NOT NULL
+              AND expires_at < \(before)
+              -- past half its life: a token that lives less than the lead is not refreshed on every look
+              AND now() > updated_at + (expires_at - updated_at) / 2
+            ORDER BY expires_at LIMIT \(limit)
+            """)
+        return try rows.map { row in
+            let key = TokenKey(
+                destination: try row.string("destination"), registrationID: try row.optionalUUID("registration_id").map { $0.uuidString.lowercased() },
+                scopeKey: try row.string("scope_key"))
+            return (key, try ConnectionTokens.decode(row, key: key, keyRing: keyRing))
+        }
+    }
+
     /// Every token of a registration (for revocation at deregistration).
     public func tokens(registrationID: UUID) async throws -> [(TokenKey, StoredToken)] {
         let rows = try await store.query(

@@ -85,6 +85,10 @@ public protocol TokenRepository: TokenStore {
     func setCaching(_ enabled: Bool)
     /// When tokens were last sent, in one batch.
     func markUsed(_ uses: [TokenKey: Date]) async throws
+    /// Registrations' tokens of `kind` (the grant) with a refresh token that expire before
+    /// `before` and are past half their life (so one that lives less than the lead is not
+    /// refreshed on every look), soonest first, at most `limit` (the background refresh's work).
+    func expiring(kind: String, before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)]
 }
 
 /// Removes what has outlived its use.
