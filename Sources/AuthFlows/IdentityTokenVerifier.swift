@@ -119,9 +119,9 @@ public final class IdentityTokenVerifier: Sendable {
         self.providers = Dictionary(providers.map { ($0.issuer, $0) }, uniquingKeysWith: { first, _ in first })
         self.transport = transport
         self.clock = clock
-        self.skew = Self.seconds(skew)
-        self.refetchInterval = Self.seconds(refetchInterval)
-        self.maxKeySetAge = Self.seconds(maxKeySetAge)
+        self.skew = skew.timeInterval
+        self.refetchInterval = refetchInterval.timeInterval
+        self.maxKeySetAge = maxKeySetAge.timeInterval
         self.logger = logger
     }
 
@@ -318,11 +318,6 @@ public final class IdentityTokenVerifier: Sendable {
             logger.warning("the identity provider's key set holds no RS256, PS256 or ES256 signing key", metadata: metadata)
         }
         return keys
-    }
-
-    private static func seconds(_ duration: Duration) -> TimeInterval {
-        let parts = duration.components
-        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
     }
 }
 

@@ -12,8 +12,7 @@ public struct BoundedMap<Key: Hashable, Value> {
 
     public init(capacity: Int, idleLifetime: Duration) {
         self.capacity = max(1, capacity)
-        let parts = idleLifetime.components
-        self.idleLifetime = Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+        self.idleLifetime = idleLifetime.timeInterval
     }
 
     public var count: Int { entries.count }

@@ -21,8 +21,7 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
     private let clock: any WallClock
 
     public init(idleTimeout: Duration = .seconds(600), capacity: Int = 100_000, clock: any WallClock = SystemClock()) {
-        let parts = idleTimeout.components
-        self.idleTimeout = Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+        self.idleTimeout = idleTimeout.timeInterval
         self.capacity = capacity
         self.clock = clock
     }

@@ -312,24 +312,16 @@ public final class InMemoryAdministration: AdministrationRepository {
 
 /// Flow signals within one process.
 public final class InMemoryFlowSignals: FlowSignals {
-    private let waiters = Mutex<[UUID: [CheckedContinuation<Void, Never>]]>([:])
+    private let waiters = KeyedWaiters<UUID>()
 
     public init() {}
 
-    public func announce(flowID: UUID) async throws {
-        for waiter in waiters.withLock({ $0.removeValue(forKey: flowID) ?? [] }) { waiter.resume() }
-    }
+    public func announce(flowID: UUID) async throws { waiters.wake { $0 == flowID } }
 
     public func drain() {}
 
     public func wait(for flowID: UUID, timeout: Duration) async -> Bool {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await withCheckedContinuation { c in self.waiters.withLock { $0[flowID, default: []].append(c) } } }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-            try? await self.announce(flowID: flowID)  // release a waiter the timeout beat
-        }
+        await waiters.wait(for: flowID, timeout: timeout)
         return true
     }
 }

@@ -101,7 +101,7 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
         var claims: [String: Any] = [:]
         for (name, value) in input.claims ?? [:] { claims[name] = value }
         for (name, value) in input.jsonClaims ?? [:] { claims[name] = value.value }
-        claims["iss"] = input.iss ?? configuration.idpBaseURL ?? "http://127.0.0.1:\(state.port ?? 0)"
+        claims["iss"] = input.iss ?? identityProviderIssuer(configuration, state)
         claims["sub"] = input.sub
         claims["aud"] = input.aud.json
         claims["iat"] = Int(now)
@@ -117,4 +117,9 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
             return SimHTTP.text("signing failed", status: .internalServerError)
         }
     }
+}
+
+/// The demo identity provider's issuer: `idpBaseURL`, else the simulator's own address.
+func identityProviderIssuer(_ configuration: SimulatorConfiguration, _ state: SimulatorState) -> String {
+    configuration.idpBaseURL ?? "http://127.0.0.1:\(state.port ?? 0)"
 }

@@ -210,7 +210,7 @@ private func accessTokenJWT(
     let now = Int(Date().timeIntervalSince1970)
     let seconds = Int(lifetime.components.seconds)
     var claims: [String: Any] = [
-        "iss": configuration.idpBaseURL ?? "http://127.0.0.1:\(state.port ?? 0)", "sub": client, "aud": resource, "client_id": client,
+        "iss": identityProviderIssuer(configuration, state), "sub": client, "aud": resource, "client_id": client,
         "iat": now, "exp": now + seconds, "jti": SecureRandom.token(byteCount: 12),
     ]
     if let scope { claims["scope"] = scope }

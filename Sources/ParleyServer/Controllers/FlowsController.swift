@@ -52,10 +52,9 @@ struct FlowsController: Sendable {
     }
 
     @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {
-        // `wait` that is not a number waits not at all, as it always has.
-        let wait = request.uri.queryParameters.get("wait").flatMap { Double(String($0)) } ?? 0
         let view = try await flows.status(
-            id: context.parameters.get("id").flatMap { UUID(uuidString: String($0)) }, wait: wait, registration: context.registration)
+            id: context.parameters.get("id").flatMap { UUID(uuidString: String($0)) }, wait: LongPoll.seconds(request),
+            registration: context.registration)
         return try JSONBody.response(.ok, view)
     }
 }

@@ -111,8 +111,7 @@ struct StepUpGate: Sendable {
         let current = try await registrations.find(id: registration.id) ?? registration
         if let signedIn = current.signedInAt {
             let age = clock.now.timeIntervalSince(signedIn)
-            let allowed = Double(rule.maxAge.components.seconds) + Double(rule.maxAge.components.attoseconds) / 1e18
-            if age >= 0 && age <= allowed { return }
+            if age >= 0 && age <= rule.maxAge.timeInterval { return }
         }
         guard let kind = kinds.offered(by: destination).first else {
             throw Problem(.forbidden, .forbidden, "this call needs a fresh sign-in, and the destination offers none")

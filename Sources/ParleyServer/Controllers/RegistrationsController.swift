@@ -37,10 +37,8 @@ struct RegistrationsController: Sendable {
     /// `GET /v1/registrations/me?wait=S`: with `wait`, as soon as the status changes (at most 60 s).
     @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
         var record = context.registration
-        // `wait` that is not a number waits not at all, as for flows.
-        if let wait = request.uri.queryParameters.get("wait").flatMap({ Double(String($0)) }), wait > 0 {
-            record = try await service.awaitChange(of: record, seconds: wait)
-        }
+        let wait = LongPoll.seconds(request)
+        if wait > 0 { record = try await service.awaitChange(of: record, seconds: wait) }
         return try JSONBody.response(
             .ok, RegistrationView(record, appcid: try service.appcid(of: record), flow: try await service.pendingFlow(of: record)))
     }

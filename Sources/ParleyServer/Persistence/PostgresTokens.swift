@@ -68,7 +68,7 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     private func acquireLease(_ key: TokenKey, owner: String) async throws {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: leaseWait)
-        let seconds = Double(leaseDuration.components.seconds) + Double(leaseDuration.components.attoseconds) / 1e18
+        let seconds = leaseDuration.timeInterval
         var pause = Duration.milliseconds(10)
         while true {
             let rows = try await store.query(

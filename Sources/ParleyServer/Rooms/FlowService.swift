@@ -17,7 +17,6 @@ protocol FlowCompletion: Sendable {
 /// What a kind does in the browser lives in `FlowKinds/`.
 struct FlowService: Sendable {
     static let lifetime: TimeInterval = 600
-    static let maxWait: Double = 60
 
     let flows: any FlowRepository
     let signals: any FlowSignals
@@ -147,8 +146,7 @@ struct FlowService: Sendable {
     /// The pending login flow a challenge asks the person to complete (reused, as for its `401`).
     func pendingFlow(for interaction: InteractionRequest, registration: RegistrationRecord) async throws -> FlowRecord {
         try await pendingFlow(
-            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url.isEmpty ? nil : interaction.url, purpose: .login,
-            registration: registration
+            kind: interaction.kind, scopeKey: interaction.scopeKey, challengeURL: interaction.url, purpose: .login, registration: registration
         ).flow
     }
 
@@ -163,7 +161,9 @@ struct FlowService: Sendable {
         return problem
     }
 
-    private func pendingFlow(
+    /// The registration's pending flow of this kind, scope key and purpose with at least
+    /// `reuseMargin` left, else a new one.
+    func pendingFlow(
         kind: FlowKind, scopeKey: String?, challengeURL: String?, purpose: FlowPurpose, registration: RegistrationRecord
     ) async throws -> (flow: FlowRecord, url: String) {
         let flow: FlowRecord
@@ -181,12 +181,12 @@ struct FlowService: Sendable {
 
     /// The registration's own flow only; waits (at most 60 s) for it to leave `pending`,
     /// woken by the flow signals from any instance.
-    /// `wait` is in seconds, clamped to `0...maxWait`.
+    /// `wait` is in seconds, clamped to `0...LongPoll.maxSeconds`.
     func status(id: UUID?, wait requested: Double, registration: RegistrationRecord) async throws -> FlowView {
         guard let uuid = id, var flow = try await current(uuid), flow.registrationID == registration.id else {
             throw Problem.notFound("no such flow")
         }
-        let seconds = requested.isFinite ? min(Self.maxWait, max(0, requested)) : 0
+        let seconds = requested.isFinite ? min(LongPoll.maxSeconds, max(0, requested)) : 0
         if flow.status == .pending && seconds > 0 {
             let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
             while flow.status == .pending {

@@ -1,9 +1,21 @@
+import Hummingbird
 import Synchronization
+
+/// The `wait=S` of a long-poll (`GET /v1/flows/{id}`, `GET /v1/registrations/me`): seconds,
+/// clamped to `0...maxSeconds`; a value that is not a number waits not at all.
+enum LongPoll {
+    static let maxSeconds: Double = 60
+
+    static func seconds(_ request: Request) -> Double {
+        let requested = request.uri.queryParameters.get("wait").flatMap { Double(String($0)) } ?? 0
+        return requested.isFinite ? min(maxSeconds, max(0, requested)) : 0
+    }
+}
 
 /// Long-polls that wait for news of one key (a flow, a registration): `wait` returns when its
 /// key is woken, after `timeout`, or on cancellation, whichever comes first; `wake` resumes the
 /// waiters of the keys it matches. A waiter never outlives its timeout.
-final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
+public final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
     private struct Waiter {
         let key: Key
         let continuation: CheckedContinuation<Void, Never>
@@ -13,11 +25,11 @@ final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
     /// Once closed (graceful shutdown), every wait returns at once.
     private let closed = Atomic<Bool>(false)
 
-    init() {}
+    public init() {}
 
-    var isClosed: Bool { closed.load(ordering: .sequentiallyConsistent) }
+    public var isClosed: Bool { closed.load(ordering: .sequentiallyConsistent) }
 
-    func wait(for key: Key, timeout: Duration) async {
+    public func wait(for key: Key, timeout: Duration) async {
         guard !isClosed else { return }
         let id = waiters.withLock { state -> Int in
             state.next += 1
@@ -44,7 +56,7 @@ final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
         }
     }
 
-    func wake(_ matches: (Key) -> Bool) {
+    public func wake(_ matches: (Key) -> Bool) {
         let woken = waiters.withLock { state -> [Waiter] in
             let hit = state.all.filter { matches($0.value.key) }
             for id in hit.keys { state.all[id] = nil }
@@ -54,7 +66,7 @@ final class KeyedWaiters<Key: Hashable & Sendable>: Sendable {
     }
 
     /// Every wait, now and later, returns at once.
-    func close() {
+    public func close() {
         closed.store(true, ordering: .sequentiallyConsistent)
         wake { _ in true }
     }

@@ -32,8 +32,7 @@ struct RefreshAhead: Service {
         }
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                let fifth = Self.milliseconds(interval) / 5
-                try await Task.sleep(for: interval + .milliseconds(Int64.random(in: 0...max(0, fifth))))
+                try await Task.sleep(for: interval + interval * Double.random(in: 0...0.2))
                 await look()
             }
         }
@@ -42,7 +41,7 @@ struct RefreshAhead: Service {
     /// One look: the tokens due, soonest first; how many refreshes it started.
     @discardableResult
     func look() async -> Int {
-        let before = clock.now.addingTimeInterval(Double(Self.milliseconds(lead)) / 1000)
+        let before = clock.now.addingTimeInterval(lead.timeInterval)
         let due: [(TokenKey, StoredToken)]
         do {
             due = try await tokens.expiring(
@@ -66,9 +65,5 @@ struct RefreshAhead: Service {
         let count = started.values.reduce(0, +)
         if count > 0 { logger.info("tokens refreshed ahead of need", metadata: ["tokens": "\(count)"]) }
         return count
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 }

@@ -329,10 +329,9 @@ struct RegistrationService: Sendable {
     }
 
     /// `GET /v1/registrations/me?wait=S`: the registration as soon as its status differs from
-    /// `record`'s, or after `seconds` (clamped to 60) as it is then; woken by the changes any
-    /// instance announces. A registration deleted meanwhile is `401`, as its token is.
-    func awaitChange(of record: RegistrationRecord, seconds requested: Double) async throws -> RegistrationRecord {
-        let seconds = requested.isFinite ? min(60, max(0, requested)) : 0
+    /// `record`'s, or after `seconds` (`LongPoll.seconds`, already clamped) as it is then; woken
+    /// by the changes any instance announces. A registration deleted meanwhile is `401`, as its token is.
+    func awaitChange(of record: RegistrationRecord, seconds: Double) async throws -> RegistrationRecord {
         var current = record
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
         while current.status == record.status {
@@ -401,8 +400,8 @@ final class Reconnects: Sendable {
                 guard try await registrations.changeStatus(from: .active, to: .reconnectRequired, id: id),
                     let record = try await registrations.find(id: id)
                 else { return }
-                let flow = try await flows.pendingFlow(
-                    for: InteractionRequest(kind: .oauth2, scopeKey: scopeKey, url: ""), registration: record)
+                let (flow, _) = try await flows.pendingFlow(
+                    kind: .oauth2, scopeKey: scopeKey, challengeURL: nil, purpose: .login, registration: record)
                 await audit.record(
                     .registrationReconnectRequired, actor: .system, registrationID: id, destination: record.destination,
                     detail: ["flow": flow.idString, "reason": "refresh_rejected"])
