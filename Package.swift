@@ -167,6 +167,8 @@ let package = Package(
                 "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                // The webhook verifier docs/api.md shows, compiled and run as written.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

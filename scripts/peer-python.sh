@@ -3,6 +3,8 @@
 #
 #   scripts/peer-python.sh mcp-sdk Tests/Fixtures/agents/mcp_check.py …        # the official MCP SDK
 #   scripts/peer-python.sh authlib-as Tests/Fixtures/propagation/authlib_as.py …  # Authlib's RFC 7523 server
+#   scripts/peer-python.sh dot-as Tests/Fixtures/lifecycle/dot_as.py …        # django-oauth-toolkit's server
+#   scripts/peer-python.sh webhooks Tests/Fixtures/lifecycle/webhook_receiver.py …  # Standard Webhooks' verifier
 #   scripts/peer-python.sh authlib-as -c 'import authlib'   # installs the venv, then checks it
 #
 # Installs the versions pinned in scripts/<name>-requirements.txt into .local/<name> on first
@@ -13,15 +15,15 @@
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  echo "usage: $0 <mcp-sdk|authlib-as> [python arguments…]" >&2
+  echo "usage: $0 <mcp-sdk|authlib-as|dot-as|webhooks> [python arguments…]" >&2
   exit 2
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 name="$1"
 shift
 case "$name" in
-  mcp-sdk | authlib-as) ;;
-  *) echo "peer-python.sh: unknown peer '$name' (mcp-sdk, authlib-as)" >&2; exit 2 ;;
+  mcp-sdk | authlib-as | dot-as | webhooks) ;;
+  *) echo "peer-python.sh: unknown peer '$name' (mcp-sdk, authlib-as, dot-as, webhooks)" >&2; exit 2 ;;
 esac
 # venv: .local/<name> with exactly the pins of scripts/<name>-requirements.txt
 source "$root/scripts/pinned-venv.sh"

@@ -42,6 +42,8 @@ public struct Destination: Sendable {
     public let propagateTraceContext: Bool
     /// Calls that need an interactive sign-in at most so old (`stepUp`).
     public let stepUpRules: [StepUpRule]
+    /// Where this destination's lifecycle events go (`webhooks`), besides the file's global ones.
+    public let webhooks: [WebhookSubscription]
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
@@ -74,9 +76,10 @@ public struct Destination: Sendable {
 
     fileprivate init(
         spec: DestinationSpec, baseURL: String, certificate: ClientCertificateMaterial?, timeouts: Timeouts, oauth2: OAuth2Settings?,
-        policy: RegistrationPolicy
+        policy: RegistrationPolicy, webhooks: [WebhookSubscription]
     ) {
         registrationPolicy = policy
+        self.webhooks = webhooks
         identityRequired = spec.registration?.identity == "required"
         identityMatchClaim = spec.identity?.match ?? "sub"
         implicitRegistrations = spec.registration?.implicit ?? false
@@ -215,6 +218,8 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var propagateTraceContext: Bool?
     /// Calls that need a recent interactive sign-in.
     public var stepUp: [StepUp]?
+    /// Where this destination's lifecycle events go (besides the file's global `webhooks`).
+    public var webhooks: [WebhookSpec]?
 
     public struct StepUp: Sendable, Decodable, Equatable {
         /// The methods the rule covers (default: every method).
@@ -541,8 +546,15 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         if let settings, settings.propagation != nil, registration?.identity != "required" {
             problems.append("\(label): oauth2.grant \(settings.grant.rawValue) speaks for a verified user, so it needs registration: {identity: required}")
         }
+        var webhookSubscriptions: [WebhookSubscription] = []
+        for (index, spec) in (webhooks ?? []).enumerated() {
+            let (subscription, found) = spec.validated(at: "\(label): webhooks[\(index)]", scope: name)
+            problems += found
+            if let subscription { webhookSubscriptions.append(subscription) }
+        }
         guard problems.isEmpty else { throw Invalid(problems: problems) }
-        return Destination(spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy)
+        return Destination(
+            spec: self, baseURL: baseURL, certificate: certificate, timeouts: limits, oauth2: settings, policy: policy, webhooks: webhookSubscriptions)
     }
 }
 

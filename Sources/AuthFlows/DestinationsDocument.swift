@@ -10,10 +10,13 @@ public enum DestinationsDocument {
     public struct Contents: Sendable, Decodable, Equatable {
         public var destinations: [DestinationSpec]
         public var identityProviders: [IdentityProviderSpec]?
+        /// Webhook endpoints for the events of every destination.
+        public var webhooks: [WebhookSpec]?
 
-        public init(destinations: [DestinationSpec], identityProviders: [IdentityProviderSpec]? = nil) {
+        public init(destinations: [DestinationSpec], identityProviders: [IdentityProviderSpec]? = nil, webhooks: [WebhookSpec]? = nil) {
             self.destinations = destinations
             self.identityProviders = identityProviders
+            self.webhooks = webhooks
         }
     }
 
@@ -21,6 +24,11 @@ public enum DestinationsDocument {
     public struct Checked: Sendable {
         public let destinations: [Destination]
         public let identityProviders: [IdentityProvider]
+        /// The file's global webhook subscriptions (each destination holds its own).
+        public let webhooks: [WebhookSubscription]
+
+        /// Every subscription of the file: the global ones, then each destination's.
+        public var allWebhooks: [WebhookSubscription] { webhooks + destinations.flatMap(\.webhooks) }
     }
 
     /// The written form of the whole file, in which every key is one its type knows. Otherwise
@@ -68,6 +76,12 @@ public enum DestinationsDocument {
         for (position, spec) in specs.enumerated() {
             do { providers.append(try spec.validated(position: position)) } catch { problems += error.problems }
         }
+        var webhooks: [WebhookSubscription] = []
+        for (index, spec) in (contents.webhooks ?? []).enumerated() {
+            let (subscription, found) = spec.validated(at: "webhooks[\(index)]", scope: nil)
+            problems += found
+            if let subscription { webhooks.append(subscription) }
+        }
         var issuers: Set<String> = []
         for spec in specs where !spec.issuer.isEmpty && !issuers.insert(spec.issuer).inserted {
             problems.append("identity provider '\(spec.issuer.prefix(200))' is listed twice")
@@ -81,7 +95,7 @@ public enum DestinationsDocument {
             }
         }
         guard problems.isEmpty else { throw DestinationSpec.Invalid(problems: problems) }
-        return Checked(destinations: destinations, identityProviders: providers)
+        return Checked(destinations: destinations, identityProviders: providers, webhooks: webhooks)
     }
 
     /// The whole path for the whole file: text to checked destinations and identity providers.

@@ -43,7 +43,15 @@ public enum RefreshOutcome: String, Sendable, CaseIterable {
 /// Watches token events (audit, metrics); never sees token values.
 public protocol TokenEventSink: Sendable {
     func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant, detail: String?) async
-    func refreshed(_ outcome: RefreshOutcome, destination: String)
+    /// A refresh ended; `ahead` when it was done ahead of need (no call waited for it).
+    func refreshed(_ outcome: RefreshOutcome, destination: String, ahead: Bool)
+    /// A transient refresh failure of `key` repeated `failures` times in a row (in this process):
+    /// said once, when the count reaches the broker's `refreshFailureReport`.
+    func refreshKeepsFailing(_ key: TokenKey, grant: OAuth2Settings.Grant, failures: Int, detail: String) async
+}
+
+extension TokenEventSink {
+    public func refreshKeepsFailing(_ key: TokenKey, grant: OAuth2Settings.Grant, failures: Int, detail: String) async {}
 }
 
 /// What obtaining a token led to.
@@ -66,6 +74,8 @@ public final class OAuth2Broker: Sendable {
     let events: (any TokenEventSink)?
     let logger: Logger
     let skew: TimeInterval
+    /// After this many transient refresh failures of one key in a row, the sink hears of it once.
+    let refreshFailureReport: Int
     /// Parley's signing keys and issuer, for the assertions of `jwt_bearer` grants (`assertion: parley`).
     let signer: ParleySigningKeys?
     let samlSigner: SAMLAssertionSigning?
@@ -78,8 +88,9 @@ public final class OAuth2Broker: Sendable {
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
         usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), signer: ParleySigningKeys? = nil, samlSigner: SAMLAssertionSigning? = nil,
-        issuer: String = "", logger: Logger
+        issuer: String = "", refreshFailureReport: Int = 5, logger: Logger
     ) {
+        self.refreshFailureReport = refreshFailureReport
         self.signer = signer
         self.samlSigner = samlSigner
         self.issuer = issuer
@@ -103,22 +114,23 @@ public final class OAuth2Broker: Sendable {
     public func noteUse(_ key: TokenKey) { usage?.used(key, at: clock.now) }
 
     /// A usable token for `key`, replacing `stale` (the token that was refused or expired).
-    /// `credentials` serve the password grant, `identity` the propagation grants.
+    /// `credentials` serve the password grant, `identity` the propagation grants; `ahead` says
+    /// that no call waits for it (the background refresh), for the metrics.
     public func obtain(
         _ key: TokenKey, endpoint: TokenEndpointClient, credentials: UserCredentials?, identity: PropagatedIdentity? = nil,
-        stale: StoredToken?
+        stale: StoredToken?, ahead: Bool = false
     ) async throws -> TokenOutcome {
         try await flights.run(key) { [self] in
             try await store.exclusively(key) { access in
                 try await self.obtainExclusively(
-                    key, access: access, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale)
+                    key, access: access, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale, ahead: ahead)
             }
         }
     }
 
     private func obtainExclusively(
         _ key: TokenKey, access: any TokenAccess, endpoint: TokenEndpointClient, credentials: UserCredentials?,
-        identity: PropagatedIdentity?, stale: StoredToken?
+        identity: PropagatedIdentity?, stale: StoredToken?, ahead: Bool
     ) async throws -> TokenOutcome {
         let settings = endpoint.settings
         let current = try await access.load(key)
@@ -134,25 +146,27 @@ public final class OAuth2Broker: Sendable {
             if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
             switch await endpoint.request(parameters, previousRefreshToken: refresh) {
             case .token(let token):
-                try await access.save(token, for: key, grant: settings.grant)
+                // The authorization server may have rotated the refresh token: the old one is dead,
+                // and the new one exists only here until it is stored, so it is stored first.
+                try await saveRotated(token, for: key, grant: settings.grant, access: access)
                 succeeded(key)
-                events?.refreshed(.ok, destination: key.destination)
+                events?.refreshed(.ok, destination: key.destination, ahead: ahead)
                 await events?.record(.refreshed, key: key, grant: settings.grant, detail: nil)
                 logger.info("token refreshed", metadata: ["token.key": .string(key.scopeKey), "destination": .string(key.destination)])
                 return .token(token)
             case .invalidGrant:
                 // The refresh token is dead: forget it and go for the grant.
                 try await access.delete(key)
-                events?.refreshed(.permanent, destination: key.destination)
+                events?.refreshed(.permanent, destination: key.destination, ahead: ahead)
                 await events?.record(.refreshRejected, key: key, grant: settings.grant, detail: "invalid_grant")
                 logger.info("refresh token rejected", metadata: ["oauth2.error": "invalid_grant", "destination": .string(key.destination)])
             case .refused(let error):
-                throw await refreshFailed(key, grant: settings.grant, detail: error, OAuth2Error(
+                throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: error, OAuth2Error(
                     .refused, detail: "the authorization server refused Parley's refresh request (\(error)); the stored tokens are kept"))
             case .malformed(let reason):
-                throw await refreshFailed(key, grant: settings.grant, detail: "malformed", OAuth2Error(.invalidResponse, detail: reason))
+                throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "malformed", OAuth2Error(.invalidResponse, detail: reason))
             case .transient(let retryAfter):
-                throw await refreshFailed(key, grant: settings.grant, detail: "unavailable", OAuth2Error(
+                throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "unavailable", OAuth2Error(
                     .temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
             }
         }
@@ -210,6 +224,28 @@ public final class OAuth2Broker: Sendable {
         await events?.record(.issued, key: key, grant: grant, detail: nil)
     }
 
+    /// Stores a refreshed token, trying three times over about a second: a refresh token the
+    /// authorization server rotated exists nowhere else, and losing it means replaying the retired
+    /// one next time, which a server with reuse protection answers by revoking the whole family.
+    private func saveRotated(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant, access: any TokenAccess) async throws {
+        var pause = Duration.milliseconds(200)
+        for attempt in 1...3 {
+            do {
+                try await access.save(token, for: key, grant: grant)
+                return
+            } catch {
+                guard attempt < 3 else {
+                    logger.error(
+                        "a refreshed token could not be stored; if the authorization server rotated the refresh token, the next refresh may be refused",
+                        metadata: ["destination": .string(key.destination), "error": "\(error)"])
+                    throw error
+                }
+                try? await Task.sleep(for: pause)
+                pause *= 3
+            }
+        }
+    }
+
     /// Parley's own limit on token-endpoint calls per token owner (the registration, or the
     /// destination for its shared tokens); every stored token is kept.
     private func admitCall(_ key: TokenKey) throws {
@@ -227,17 +263,26 @@ public final class OAuth2Broker: Sendable {
     }
 
     /// A failed refresh that keeps every stored token: metrics, audit, back-off.
-    private func refreshFailed(_ key: TokenKey, grant: OAuth2Settings.Grant, detail: String, _ error: OAuth2Error) async -> OAuth2Error {
-        events?.refreshed(.transient, destination: key.destination)
+    private func refreshFailed(
+        _ key: TokenKey, grant: OAuth2Settings.Grant, ahead: Bool, detail: String, _ error: OAuth2Error
+    ) async -> OAuth2Error {
+        events?.refreshed(.transient, destination: key.destination, ahead: ahead)
         await events?.record(.refreshFailed, key: key, grant: grant, detail: detail)
-        return backOff(key, error)
+        let (backedOff, failures) = backOffCounting(key, error)
+        if failures == refreshFailureReport {
+            await events?.refreshKeepsFailing(key, grant: grant, failures: failures, detail: detail)
+        }
+        return backedOff
     }
 
     /// Closes the key for a while (at least `Retry-After`, exponential up to 60 s) and
     /// returns the error with the wait it ended up with.
-    private func backOff(_ key: TokenKey, _ error: OAuth2Error) -> OAuth2Error {
+    private func backOff(_ key: TokenKey, _ error: OAuth2Error) -> OAuth2Error { backOffCounting(key, error).error }
+
+    /// `backOff`, and how many failures in a row the key has now.
+    private func backOffCounting(_ key: TokenKey, _ error: OAuth2Error) -> (error: OAuth2Error, failures: Int) {
         let now = clock.now
-        let wait = backoff.withLock { state -> Int64 in
+        let (wait, failures) = backoff.withLock { state -> (Int64, Int) in
             // Bounded: at the ceiling, windows that closed an hour ago are forgotten (their
             // failure count would start again at one anyway, as after a success).
             if state[key] == nil, state.count >= Self.maxBackoffEntries {
@@ -250,12 +295,12 @@ public final class OAuth2Broker: Sendable {
             let exponential = Int64(min(60, 1 << min(failures - 1, 6)))
             let seconds = max(min(error.retryAfter?.components.seconds ?? 0, 3600), exponential)
             state[key] = (now.addingTimeInterval(TimeInterval(seconds)), failures, error)
-            return seconds
+            return (seconds, failures)
         }
         logger.warning(
             "token endpoint call failed; stored tokens kept",
             metadata: ["destination": .string(key.destination), "oauth2.failure": "\(error.code)", "retry.after.s": "\(wait)"])
-        return OAuth2Error(error.code, retryAfter: .seconds(wait), detail: error.detail)
+        return (OAuth2Error(error.code, retryAfter: .seconds(wait), detail: error.detail), failures)
     }
 
     private func succeeded(_ key: TokenKey) {

@@ -52,7 +52,8 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
-    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool {
+    /// The event is not kept: the in-memory tier has no outbox (PostgreSQL's tests cover events).
+    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID, event: LifecycleEvent?) async throws -> Bool {
         rows.withLock { rows in
             guard rows[id]?.record.status == from else { return false }
             rows[id]?.record.status = to
@@ -73,7 +74,7 @@ public final class InMemoryRegistrations: RegistrationRepository {
     }
 
     @discardableResult
-    public func delete(id: UUID) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
+    public func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
 }
 
 public final class InMemoryFlows: FlowRepository {
@@ -129,7 +130,7 @@ public final class InMemoryFlows: FlowRepository {
         return rows.withLock { $0[id]?.flow }
     }
 
-    public func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool {
+    public func finish(id: UUID, status: FlowStatus, error: String?, at: Date, event: LifecycleEvent?) async throws -> Bool {
         rows.withLock { rows in
             guard var row = rows[id], row.flow.status == .pending else { return false }
             row.flow.status = status
@@ -182,9 +183,9 @@ public final class InMemoryTokens: TokenRepository {
 
     public func markUsed(_ uses: [TokenKey: Date]) async throws {}
 
-    public func expiring(kind: String, before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
+    public func expiring(kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
         rows.withLock { rows in
-            rows.filter { $0.value.kind == kind && $0.key.registrationID != nil && $0.value.token.refreshToken != nil }
+            rows.filter { kinds.contains($0.value.kind) && $0.key.registrationID != nil && $0.value.token.refreshToken != nil }
                 .compactMap { entry in entry.value.token.expiresAt.flatMap { $0 < before ? (entry.key, entry.value.token, $0) : nil } }
                 .sorted { $0.2 < $1.2 }.prefix(limit).map { ($0.0, $0.1) }
         }

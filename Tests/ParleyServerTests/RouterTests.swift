@@ -86,7 +86,8 @@ import Testing
             "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
             "POST /flows/{id}/credentials", "POST /flows/{id}/confirm",
             "GET /admin/v1/registrations", "GET /admin/v1/registrations/{id}", "DELETE /admin/v1/registrations/{id}",
-            "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit",
+            "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit", "GET /admin/v1/events",
+            "POST /admin/v1/events/{id}/redelivery",
         ]
         for method in ProxyController.methods {
             expected.insert("\(method.rawValue) /v1/proxy")

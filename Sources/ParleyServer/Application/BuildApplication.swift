@@ -36,6 +36,8 @@ public struct ParleyDependencies: Sendable {
     public var services: [any Service]
     /// The database pool's counters, for `/metrics` (nil without a database).
     public var storeStatistics: (@Sendable () -> PoolStatistics)?
+    /// Lifecycle events and their webhook deliveries (nil: the in-memory tier, which has no outbox).
+    public var events: (any EventRepository)?
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
@@ -71,6 +73,7 @@ public struct ParleyDependencies: Sendable {
             administration: PostgresAdministration(store: store, keyRing: configuration.keys.keyRing),
             flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
+        dependencies.events = PostgresEvents(store: store)
         dependencies.storeStatistics = {
             let s = store.statistics
             return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
@@ -102,9 +105,10 @@ func compose(
     let usage = TokenUsage()
     let reconnects = Reconnects()
     let broker = OAuth2Broker(
-        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics, reconnects: reconnects), callGate: limits,
-        usage: usage,
-        signer: configuration.keys.signingKeys, samlSigner: SAMLAssertionIssuing.sign, issuer: configuration.server.publicURL, logger: logger)
+        store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics, reconnects: reconnects, events: d.events),
+        callGate: limits, usage: usage,
+        signer: configuration.keys.signingKeys, samlSigner: SAMLAssertionIssuing.sign, issuer: configuration.server.publicURL,
+        refreshFailureReport: configuration.housekeeping.refreshFailedEventAfter, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
@@ -213,7 +217,7 @@ func compose(
         admin: AdminController(
             administration: Administration(
                 repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
-                invalidation: invalidation, audit: audit),
+                invalidation: invalidation, audit: audit, events: d.events),
             service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes,
@@ -241,8 +245,14 @@ func compose(
     let refreshAhead = RefreshAhead(
         tokens: d.tokens, broker: broker, configurator: configurator, destinations: configuration.destinations,
         lead: configuration.housekeeping.refreshAhead, interval: configuration.housekeeping.refreshAheadInterval,
-        perDestination: configuration.housekeeping.refreshAheadPerDestination, clock: d.clock, logger: logger)
-    return (router, [invalidation, housekeeping, refreshAhead])
+        perDestination: configuration.housekeeping.refreshAheadPerDestination, perServer: configuration.housekeeping.refreshAheadPerServer,
+        clock: d.clock, logger: logger)
+    var services: [any Service] = [invalidation, housekeeping, refreshAhead]
+    if let events = d.events {
+        services.append(
+            WebhookDelivery(events: events, endpoints: configuration.webhooks, transport: d.transport, metrics: metrics, clock: d.clock, logger: logger))
+    }
+    return (router, services)
 }
 
 /// The Hummingbird application: the router plus the services it depends on.

@@ -16,6 +16,8 @@ public struct ParleyConfiguration: Sendable {
     public var destinations: [String: Destination]
     /// The destinations file's `identityProviders`: whose identity tokens a registration may carry.
     public var identityProviders: [IdentityProvider]
+    /// The destinations file's webhook endpoints (global and per destination), secrets read.
+    public var webhooks: [WebhookEndpoint] = []
     public var limits: Limits
     public var bodies: Bodies
     /// The upstream transport: libcurl's connection limits and the paused-transfer deadline.
@@ -88,6 +90,9 @@ public struct ParleyConfiguration: Sendable {
                 transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping,
                 identityProviders: file.identityProviders)
             configuration.connections = connections
+            let resolved = WebhookEndpoint.resolve(file.webhooks, environment: ProcessInfo.processInfo.environment)
+            resolved.problems.forEach(settings.report)
+            configuration.webhooks = resolved.endpoints
             return configuration
         }
     }
@@ -99,20 +104,22 @@ public struct ParleyConfiguration: Sendable {
 
     /// `PARLEY_DESTINATIONS`: the destinations file (destinations and identity providers),
     /// every problem in it reported.
-    static func destinationsFile(reading settings: SettingsReader) -> (destinations: [Destination], identityProviders: [IdentityProvider]) {
+    static func destinationsFile(
+        reading settings: SettingsReader
+    ) -> (destinations: [Destination], identityProviders: [IdentityProvider], webhooks: [WebhookSubscription]) {
         guard let path = settings.string("destinations") else {
             settings.report("\(settings.variable("destinations")) is not set (path of the destinations YAML file)")
-            return ([], [])
+            return ([], [], [])
         }
         do {
             let checked = try DestinationsDocument.validate(try DestinationsFile.loadContents(path: path))
-            return (checked.destinations, checked.identityProviders)
+            return (checked.destinations, checked.identityProviders, checked.allWebhooks)
         } catch let error as DestinationSpec.Invalid {
             error.problems.forEach(settings.report)
         } catch {
             settings.report("\(error)")
         }
-        return ([], [])
+        return ([], [], [])
     }
 }
 
@@ -388,6 +395,12 @@ extension ParleyConfiguration {
         public var refreshAheadInterval: Duration
         /// The most refreshes one look starts per destination (`PARLEY_REFRESH_AHEAD_PER_DESTINATION`).
         public var refreshAheadPerDestination: Int
+        /// The most refreshes one look starts per authorization server, however many destinations
+        /// share its token endpoint (`PARLEY_REFRESH_AHEAD_PER_SERVER`).
+        public var refreshAheadPerServer: Int = 100
+        /// After this many transient refresh failures of one token in a row, `token.refresh_failed`
+        /// is sent (`PARLEY_REFRESH_FAILED_EVENT_AFTER`).
+        public var refreshFailedEventAfter: Int = 5
 
         public init(
             auditRetention: Duration = .seconds(90 * 86_400), tokenUsageInterval: Duration = .seconds(5), refreshAhead: Duration = .seconds(300),
@@ -406,6 +419,8 @@ extension ParleyConfiguration {
                 refreshAhead: .seconds(settings.int("refresh_ahead_seconds", default: 300, in: 0...86_400)),
                 refreshAheadInterval: .seconds(settings.int("refresh_ahead_interval_seconds", default: 30, in: 1...3600)),
                 refreshAheadPerDestination: settings.int("refresh_ahead_per_destination", default: 50, in: 1...10_000))
+            refreshAheadPerServer = settings.int("refresh_ahead_per_server", default: 100, in: 1...100_000)
+            refreshFailedEventAfter = settings.int("refresh_failed_event_after", default: 5, in: 1...1000)
         }
     }
 }

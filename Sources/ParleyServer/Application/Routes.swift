@@ -91,4 +91,6 @@ func addRoutes(
     admin.post("registrations/{id}/approval", use: c.admin.approve)
     admin.post("revocations", use: c.admin.revoke)
     admin.get("audit", use: c.admin.auditEvents)
+    admin.get("events", use: c.admin.events)
+    admin.post("events/{id}/redelivery", use: c.admin.redeliver)
 }

@@ -1,3 +1,4 @@
+import AuthFlows
 import Foundation
 import Hummingbird
 
@@ -42,6 +43,19 @@ struct AdminController: Sendable {
     @Sendable func auditEvents(_ request: Request, context: AdminRequestContext) async throws -> Response {
         let page = try await administration.auditPage(try AuditQuery(request.uri.queryParameters), admin: context.admin)
         return try JSONBody.response(.ok, ListPage(items: page.events.map(AuditEventView.init), nextCursor: page.next?.encoded))
+    }
+
+    /// `GET /admin/v1/events?type=&registrationId=&limit=&cursor=`
+    @Sendable func events(_ request: Request, context: AdminRequestContext) async throws -> Response {
+        let page = try await administration.eventPage(try EventQuery(request.uri.queryParameters), admin: context.admin)
+        return try JSONBody.response(.ok, ListPage(items: page.events.map(EventView.init), nextCursor: page.next?.encoded))
+    }
+
+    /// `POST /admin/v1/events/{id}/redelivery`: `202`; the event goes out again to every endpoint that covers it.
+    @Sendable func redeliver(_ request: Request, context: AdminRequestContext) async throws -> Response {
+        guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else { throw RegistrationError.notFound }
+        try await administration.redeliver(event: id, admin: context.admin, logger: context.logger)
+        return Response(status: .accepted)
     }
 
     /// The registration the path names; `404` for an unknown id and for one that is not a UUID.
@@ -95,6 +109,29 @@ extension AuditQuery {
             before = decoded
         }
         self.init(since: from, limit: limit, before: before)
+    }
+}
+
+extension EventQuery {
+    /// `?type=&registrationId=&limit=&cursor=`, checked in that order.
+    init(_ query: Parameters) throws(InvalidInput) {
+        var type: LifecycleEventType?
+        if let text = try InvalidInput.checkedText(query.get("type"), "type", maxBytes: 100) {
+            guard let known = LifecycleEventType(rawValue: text) else { throw .eventType }
+            type = known
+        }
+        var registration: UUID?
+        if let text = try InvalidInput.checkedText(query.get("registrationId"), "registrationId", maxBytes: 100) {
+            guard let id = UUID(uuidString: text) else { throw .uuid(field: "registrationId") }
+            registration = id
+        }
+        let limit = try pageLimit(query)
+        var before: AuditCursor?
+        if let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor") {
+            guard let decoded = AuditCursor(encoded: cursor) else { throw .cursor }
+            before = decoded
+        }
+        self.init(type: type, registrationID: registration, limit: limit, before: before)
     }
 }
 
@@ -223,5 +260,49 @@ struct AuditEventView: Encodable, Sendable {
         registrationId = stored.event.registrationID
         destination = stored.event.destination
         detail = stored.event.detail
+    }
+}
+
+/// An event as `GET /admin/v1/events` lists it: what its webhooks receive, plus `deliveries`.
+struct EventView: Encodable, Sendable {
+    let id: String
+    let type: String
+    let at: Date
+    @Nullable var registrationId: String?
+    @Nullable var destination: String?
+    @Nullable var user: User?
+    let detail: [String: String]
+    let deliveries: [Delivery]
+
+    struct User: Encodable, Sendable {
+        let issuer: String
+        let subject: String
+        let verified: Bool
+    }
+
+    struct Delivery: Encodable, Sendable {
+        let endpoint: String
+        let status: String
+        let attempts: Int
+        @Nullable var nextAttemptAt: Date?
+        @Nullable var lastAttemptAt: Date?
+        @Nullable var lastStatus: Int?
+        @Nullable var lastError: String?
+        @Nullable var deliveredAt: Date?
+    }
+
+    init(_ event: StoredLifecycleEvent) {
+        id = event.id.uuidString.lowercased()
+        type = event.type
+        at = event.at
+        registrationId = event.registrationID?.uuidString.lowercased()
+        destination = event.destination
+        user = event.user.map { User(issuer: $0.issuer, subject: $0.subject, verified: $0.verified) }
+        detail = event.detail
+        deliveries = event.deliveries.map {
+            Delivery(
+                endpoint: $0.endpoint, status: $0.status.rawValue, attempts: $0.attempts, nextAttemptAt: $0.nextAttemptAt,
+                lastAttemptAt: $0.lastAttemptAt, lastStatus: $0.lastStatus, lastError: $0.lastError, deliveredAt: $0.deliveredAt)
+        }
     }
 }

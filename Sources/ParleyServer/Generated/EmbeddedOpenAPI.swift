@@ -4305,6 +4305,161 @@ public enum EmbeddedOpenAPI {
                   }
                 }
               }
+            },
+            "/admin/v1/events": {
+              "get": {
+                "tags": [
+                  "administration"
+                ],
+                "operationId": "adminEvents",
+                "summary": "List lifecycle events and their webhook deliveries",
+                "description": "Newest first: the events Parley sends to its webhook endpoints (`registration.reconnect_required`, `registration.recovered`, `registration.revoked`, `flow.completed`, `flow.failed`, `token.refresh_failed`), each with the state of its delivery to every endpoint it went to. No secret in any event.",
+                "security": [
+                  {
+                    "adminToken": []
+                  }
+                ],
+                "parameters": [
+                  {
+                    "name": "type",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string",
+                      "enum": [
+                        "registration.reconnect_required",
+                        "registration.recovered",
+                        "registration.revoked",
+                        "flow.completed",
+                        "flow.failed",
+                        "token.refresh_failed"
+                      ]
+                    },
+                    "description": "Only events of this type. Any other value is `400`."
+                  },
+                  {
+                    "name": "registrationId",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string",
+                      "format": "uuid"
+                    },
+                    "description": "Only events about this registration. Not a UUID: `400`."
+                  },
+                  {
+                    "name": "limit",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "integer",
+                      "minimum": 1,
+                      "maximum": 500,
+                      "default": 50
+                    },
+                    "description": "Page size, 1 to 500 (default 50). Anything else is `400`."
+                  },
+                  {
+                    "name": "cursor",
+                    "in": "query",
+                    "required": false,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "Opaque: the `nextCursor` of the previous page. One Parley did not hand out is `400`."
+                  }
+                ],
+                "responses": {
+                  "200": {
+                    "description": "A page of events.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "application/json": {
+                        "schema": {
+                          "$ref": "#/components/schemas/EventPage"
+                        }
+                      }
+                    }
+                  },
+                  "400": {
+                    "$ref": "#/components/responses/BadRequest"
+                  },
+                  "401": {
+                    "$ref": "#/components/responses/InvalidAdminToken"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  },
+                  "500": {
+                    "$ref": "#/components/responses/InternalError"
+                  },
+                  "503": {
+                    "$ref": "#/components/responses/StoreUnavailable"
+                  }
+                }
+              }
+            },
+            "/admin/v1/events/{id}/redelivery": {
+              "parameters": [
+                {
+                  "name": "id",
+                  "in": "path",
+                  "required": true,
+                  "schema": {
+                    "type": "string",
+                    "format": "uuid"
+                  },
+                  "description": "The event id (anything else is `404`)."
+                }
+              ],
+              "post": {
+                "tags": [
+                  "administration"
+                ],
+                "operationId": "adminRedeliverEvent",
+                "summary": "Send an event again",
+                "description": "Every delivery of the event is pending again and goes out within a second or so, to every endpoint that covers the event now (one added since gets it too). An attempt already in flight finishes first; the event is never sent twice at once.",
+                "security": [
+                  {
+                    "adminToken": []
+                  }
+                ],
+                "responses": {
+                  "202": {
+                    "description": "The event will be sent again.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    }
+                  },
+                  "401": {
+                    "$ref": "#/components/responses/InvalidAdminToken"
+                  },
+                  "404": {
+                    "$ref": "#/components/responses/NotFound"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  },
+                  "500": {
+                    "$ref": "#/components/responses/InternalError"
+                  },
+                  "503": {
+                    "$ref": "#/components/responses/StoreUnavailable"
+                  }
+                }
+              }
             }
           },
           "components": {
@@ -5417,6 +5572,207 @@ public enum EmbeddedOpenAPI {
                     "verified": true
                   }
                 ]
+              },
+              "Event": {
+                "type": "object",
+                "description": "A lifecycle event: exactly what a webhook endpoint receives as the request body, plus `deliveries` here. Never a secret: ids and reasons only.",
+                "required": [
+                  "id",
+                  "type",
+                  "at",
+                  "registrationId",
+                  "destination",
+                  "user",
+                  "detail",
+                  "deliveries"
+                ],
+                "properties": {
+                  "id": {
+                    "type": "string",
+                    "format": "uuid",
+                    "description": "The event's id; also the `webhook-id` header of every delivery of it."
+                  },
+                  "type": {
+                    "type": "string",
+                    "enum": [
+                      "registration.reconnect_required",
+                      "registration.recovered",
+                      "registration.revoked",
+                      "flow.completed",
+                      "flow.failed",
+                      "token.refresh_failed"
+                    ]
+                  },
+                  "at": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "When the change happened."
+                  },
+                  "registrationId": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "format": "uuid"
+                  },
+                  "destination": {
+                    "type": [
+                      "string",
+                      "null"
+                    ]
+                  },
+                  "user": {
+                    "oneOf": [
+                      {
+                        "$ref": "#/components/schemas/RegistrationUser"
+                      },
+                      {
+                        "type": "null"
+                      }
+                    ],
+                    "description": "The registration's user when it had one."
+                  },
+                  "detail": {
+                    "type": "object",
+                    "additionalProperties": {
+                      "type": "string"
+                    },
+                    "description": "Further facts, all strings: `flowId`, `kind`, `purpose` (flows); `reason` (`identity_mismatch`, … for `flow.failed`; `refresh_rejected`; `deleted` or `revocation`); `by` (`client` or `admin`); `scopeKey`, `grant`, `failures`, `outcome` (`token.refresh_failed`)."
+                  },
+                  "deliveries": {
+                    "type": "array",
+                    "items": {
+                      "$ref": "#/components/schemas/EventDelivery"
+                    },
+                    "description": "One per webhook endpoint the event went to (none when no endpoint covers it)."
+                  }
+                },
+                "additionalProperties": false,
+                "examples": [
+                  {
+                    "id": "0b7d3c52-6f0e-4e0c-9d8f-2f1c8b5e4a11",
+                    "type": "registration.reconnect_required",
+                    "at": "2026-11-26T09:30:00Z",
+                    "registrationId": "3f0c8a52-6a1e-4d52-9a57-0f3b8f1f6c2e",
+                    "destination": "orders",
+                    "user": {
+                      "issuer": "https://login.example.com",
+                      "subject": "alice",
+                      "verified": false
+                    },
+                    "detail": {
+                      "flowId": "5b0e1c7a-7d43-4c6f-8e9a-1f2b3c4d5e6f",
+                      "reason": "refresh_rejected"
+                    },
+                    "deliveries": [
+                      {
+                        "endpoint": "https://hooks.example.com/parley",
+                        "status": "delivered",
+                        "attempts": 1,
+                        "nextAttemptAt": null,
+                        "lastAttemptAt": "2026-11-26T09:30:01Z",
+                        "lastStatus": 204,
+                        "lastError": null,
+                        "deliveredAt": "2026-11-26T09:30:01Z"
+                      }
+                    ]
+                  }
+                ]
+              },
+              "EventDelivery": {
+                "type": "object",
+                "description": "One endpoint's delivery of one event.",
+                "required": [
+                  "endpoint",
+                  "status",
+                  "attempts",
+                  "nextAttemptAt",
+                  "lastAttemptAt",
+                  "lastStatus",
+                  "lastError",
+                  "deliveredAt"
+                ],
+                "properties": {
+                  "endpoint": {
+                    "type": "string",
+                    "description": "The webhook URL."
+                  },
+                  "status": {
+                    "type": "string",
+                    "enum": [
+                      "pending",
+                      "delivered",
+                      "failed"
+                    ],
+                    "description": "`failed`: every retry was refused (about 16 hours); an administrator may redeliver."
+                  },
+                  "attempts": {
+                    "type": "integer",
+                    "minimum": 0
+                  },
+                  "nextAttemptAt": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "format": "date-time",
+                    "description": "When a pending delivery is tried next."
+                  },
+                  "lastAttemptAt": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "format": "date-time"
+                  },
+                  "lastStatus": {
+                    "type": [
+                      "integer",
+                      "null"
+                    ],
+                    "description": "The HTTP status of the last answer; `null` when there was none."
+                  },
+                  "lastError": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "Why the last attempt failed, in words (never the endpoint's answer body)."
+                  },
+                  "deliveredAt": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "format": "date-time"
+                  }
+                },
+                "additionalProperties": false
+              },
+              "EventPage": {
+                "type": "object",
+                "description": "A page of events, newest first.",
+                "required": [
+                  "items",
+                  "nextCursor"
+                ],
+                "properties": {
+                  "items": {
+                    "type": "array",
+                    "items": {
+                      "$ref": "#/components/schemas/Event"
+                    },
+                    "maxItems": 500
+                  },
+                  "nextCursor": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "Pass as `cursor` for the next page. Set whenever the page is full (`limit` items), even when nothing follows (the next page is then empty); `null` when fewer came back."
+                  }
+                },
+                "additionalProperties": false
               }
             },
             "responses": {

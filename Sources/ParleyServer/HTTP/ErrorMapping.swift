@@ -82,6 +82,7 @@ extension Problem {
         case .cursor: .invalid("cursor is not one Parley handed out")
         case .since: .invalid("since must be an RFC 3339 date-time")
         case .uuid(let field): .invalid("\(field) must be a UUID")
+        case .eventType: .invalid("type must be one of " + LifecycleEventType.allCases.map(\.rawValue).joined(separator: ", "))
         }
     }
 

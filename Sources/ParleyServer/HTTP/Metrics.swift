@@ -19,6 +19,7 @@ public final class Metrics: Sendable {
         case tokenRefreshes = "parley_token_refreshes"
         case flows = "parley_flows"
         case agentRequests = "parley_agent_requests"
+        case webhookDeliveries = "parley_webhook_deliveries"
 
         var help: String {
             switch self {
@@ -28,8 +29,10 @@ public final class Metrics: Sendable {
             case .conversationRestarts: "Conversation restarts by reason (challenge, csrf, oauth2, … or other)."
             case .registrations: "Registration events by action."
             case .rateLimited: "Requests refused by a rate limit, by limit."
-            case .tokenRefreshes: "Refresh-token grants by destination and outcome (ok, permanent: invalid_grant, transient: tokens kept)."
+            case .tokenRefreshes:
+                "Refresh-token grants by destination, outcome (ok, permanent: invalid_grant, transient: tokens kept) and when (ahead: in the background, request: a call waited)."
             case .flows: "Flows that ended, by kind and outcome (completed, failed, expired)."
+            case .webhookDeliveries: "Webhook delivery attempts by outcome (delivered, retry: will be tried again, failed: given up)."
             case .agentRequests:
                 "Calls with an agent's access token, by destination, client (the first 100 per instance; then other) and outcome (accepted, invalid_token, forbidden, insufficient_scope)."
             }
@@ -109,6 +112,7 @@ public final class Metrics: Sendable {
         case spoolBytes = "parley_spool_bytes"
         case cacheHits = "parley_cache_hits"
         case cacheLookups = "parley_cache_lookups"
+        case webhookPending = "parley_webhook_pending"
 
         var help: String {
             switch self {
@@ -116,6 +120,7 @@ public final class Metrics: Sendable {
             case .poolWaiters: "Requests waiting for a database connection."
             case .spoolBytes: "Bytes held by request-body spool files (the quota is PARLEY_SPOOL_QUOTA_MIB)."
             case .cacheHits: "Lookups answered by a per-instance cache since start, by cache."
+            case .webhookPending: "Webhook deliveries waiting to be sent or retried (the backlog), as this instance last counted them."
             case .cacheLookups: "Lookups in a per-instance cache since start, by cache (hit ratio = hits / lookups)."
             }
         }

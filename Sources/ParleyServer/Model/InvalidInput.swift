@@ -14,6 +14,8 @@ enum InvalidInput: Error, Sendable, Equatable {
     case since
     /// Not a UUID.
     case uuid(field: String)
+    /// Not one of the lifecycle event types.
+    case eventType
 
     /// `value` unless it is empty, has control characters (NUL included: PostgreSQL
     /// refuses it, DEL too) or more than `maxBytes` bytes.

@@ -1,3 +1,4 @@
+public import AuthFlows
 public import Conversation
 public import Foundation
 
@@ -180,4 +181,94 @@ public struct AuditEvent: Sendable, Equatable {
 public struct AdminIdentity: Sendable, Equatable {
     public let index: Int
     public var name: String { "admin-\(index + 1)" }
+}
+
+/// A lifecycle event, written with the change it reports (the outbox): its type and its detail
+/// (ids and reasons, never a secret). The row adds the registration, destination and user.
+public struct LifecycleEvent: Sendable, Equatable {
+    public var type: LifecycleEventType
+    public var detail: [String: String]
+
+    public init(_ type: LifecycleEventType, detail: [String: String] = [:]) {
+        self.type = type
+        self.detail = detail
+    }
+}
+
+/// An event as stored, with its deliveries (one per webhook endpoint it went to).
+public struct StoredLifecycleEvent: Sendable, Equatable {
+    public var id: UUID
+    public var seq: Int64
+    public var type: String
+    public var at: Date
+    public var registrationID: UUID?
+    public var destination: String?
+    public var user: EventUser?
+    public var detail: [String: String]
+    public var deliveries: [WebhookDeliveryState]
+
+    public init(
+        id: UUID, seq: Int64, type: String, at: Date, registrationID: UUID?, destination: String?, user: EventUser?, detail: [String: String],
+        deliveries: [WebhookDeliveryState] = []
+    ) {
+        self.id = id
+        self.seq = seq
+        self.type = type
+        self.at = at
+        self.registrationID = registrationID
+        self.destination = destination
+        self.user = user
+        self.detail = detail
+        self.deliveries = deliveries
+    }
+}
+
+/// The user an event names (the registration's, when it had one).
+public struct EventUser: Sendable, Equatable {
+    public var issuer: String
+    public var subject: String
+    public var verified: Bool
+
+    public init(issuer: String, subject: String, verified: Bool) {
+        self.issuer = issuer
+        self.subject = subject
+        self.verified = verified
+    }
+}
+
+/// One endpoint's delivery of one event: where it stands.
+public struct WebhookDeliveryState: Sendable, Equatable {
+    public enum Status: String, Sendable { case pending, delivered, failed }
+    public var endpoint: String
+    public var status: Status
+    public var attempts: Int
+    public var nextAttemptAt: Date?
+    public var lastAttemptAt: Date?
+    /// The HTTP status of the last attempt (nil: no answer).
+    public var lastStatus: Int?
+    /// Why the last attempt failed, in words (no body of the endpoint's answer).
+    public var lastError: String?
+    public var deliveredAt: Date?
+
+    public init(
+        endpoint: String, status: Status, attempts: Int, nextAttemptAt: Date?, lastAttemptAt: Date?, lastStatus: Int?, lastError: String?,
+        deliveredAt: Date?
+    ) {
+        self.endpoint = endpoint
+        self.status = status
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.lastAttemptAt = lastAttemptAt
+        self.lastStatus = lastStatus
+        self.lastError = lastError
+        self.deliveredAt = deliveredAt
+    }
+}
+
+/// A delivery one instance holds the lease of and sends now.
+public struct DueDelivery: Sendable, Equatable {
+    public var event: StoredLifecycleEvent
+    public var endpoint: String
+    /// Attempts before this one.
+    public var attempts: Int
 }

@@ -106,6 +106,14 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
                 "DELETE FROM cookies WHERE registration_id IN (SELECT id FROM registrations WHERE " + Self.registrationCondition(filter)
                     + ") RETURNING registration_id")
             removed += Set(try jars.map { try $0.uuid("registration_id") }).count  // one per jar
+            // Each named registration's event, in the same transaction as the removal (the outbox).
+            try await connection.execute(
+                """
+                INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
+                SELECT gen_random_uuid(), \(LifecycleEventType.revoked.rawValue), id, destination, user_issuer, user_subject, user_verified,
+                    \(PostgresEvents.detailJSON(["by": "admin", "reason": "revocation"]))::jsonb
+                FROM registrations WHERE
+                """ + " " + Self.registrationCondition(filter))
             // … and every cached jar, manager and token of the named registrations.
             for id in named {
                 try await connection.execute(
@@ -119,7 +127,13 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
         let flows = try await store.execute("DELETE FROM flows WHERE expires_at < \(flowsBefore)")
         let cookies = try await store.execute("DELETE FROM cookies WHERE expires_at IS NOT NULL AND expires_at < \(cookiesBefore)")
         let audit = try await store.execute("DELETE FROM audit_events WHERE at < \(auditBefore)")
-        return (flows, cookies, audit)
+        // Events as long as the audit log, unless a delivery of theirs is still being tried.
+        let events = try await store.execute(
+            """
+            DELETE FROM events e WHERE e.at < \(auditBefore)
+              AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_id = e.id AND d.status = 'pending')
+            """)
+        return (flows, cookies, audit + events)
     }
 
     public func audit(since: Date?, before: Int64?, limit: Int) async throws -> [StoredAuditEvent] {

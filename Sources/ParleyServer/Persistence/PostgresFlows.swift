@@ -71,12 +71,13 @@ public struct PostgresFlows: FlowRepository {
     }
 
     /// A finished flow keeps no kind state: whatever secret a kind held goes with the end.
-    public func finish(id: UUID, status: FlowStatus, error: String?, at now: Date) async throws -> Bool {
-        try await store.execute(
-            """
+    public func finish(id: UUID, status: FlowStatus, error: String?, at now: Date, event: LifecycleEvent?) async throws -> Bool {
+        let update: SQL = """
             UPDATE flows SET status = \(status.rawValue), error = \(error), completed_at = \(now), state_hash = NULL, kind_state_sealed = NULL, staged_cookies_sealed = NULL,
                 pkce_verifier_sealed = NULL
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
-            """) > 0
+            """
+        guard let event else { return try await store.execute(update) > 0 }
+        return try await store.execute(PostgresEvents.writing(event, with: update, returning: PostgresEvents.flowColumns)) > 0
     }
 }

@@ -113,9 +113,10 @@ public struct PostgresRegistrations: RegistrationRepository {
         try await store.execute("UPDATE registrations SET status = \(status.rawValue), updated_at = now() WHERE id = \(id)")
     }
 
-    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool {
-        try await store.execute(
-            "UPDATE registrations SET status = \(to.rawValue), updated_at = now() WHERE id = \(id) AND status = \(from.rawValue)") > 0
+    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID, event: LifecycleEvent?) async throws -> Bool {
+        let update: SQL = "UPDATE registrations SET status = \(to.rawValue), updated_at = now() WHERE id = \(id) AND status = \(from.rawValue)"
+        guard let event else { return try await store.execute(update) > 0 }
+        return try await store.execute(PostgresEvents.writing(event, with: update, returning: PostgresEvents.registrationColumns)) > 0
     }
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
@@ -140,7 +141,9 @@ public struct PostgresRegistrations: RegistrationRepository {
     }
 
     @discardableResult
-    public func delete(id: UUID) async throws -> Bool {
-        try await store.execute("DELETE FROM registrations WHERE id = \(id)") > 0
+    public func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool {
+        let delete: SQL = "DELETE FROM registrations WHERE id = \(id)"
+        guard let event else { return try await store.execute(delete) > 0 }
+        return try await store.execute(PostgresEvents.writing(event, with: delete, returning: PostgresEvents.registrationColumns)) > 0
     }
 }

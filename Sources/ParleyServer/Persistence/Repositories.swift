@@ -18,8 +18,9 @@ public protocol RegistrationRepository: Sendable {
     /// `active`, with the APPCID (sealed) the upstream gave, if any.
     func activate(id: UUID, appcidSealed: [UInt8]?) async throws
     func setStatus(_ status: RegistrationStatus, id: UUID) async throws
-    /// `from` → `to` when the registration is `from` now; false otherwise (or gone).
-    func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool
+    /// `from` → `to` when the registration is `from` now; false otherwise (or gone). With `event`,
+    /// the event is written in the same statement, only when the status changed.
+    func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID, event: LifecycleEvent?) async throws -> Bool
     /// Credentials a person entered in a hosted form (sealed).
     func setCredentials(id: UUID, sealed: [UInt8]) async throws
     /// A person completed an interactive sign-in for the registration at `at` (step-up rules read it).
@@ -29,8 +30,40 @@ public protocol RegistrationRepository: Sendable {
     /// Sets the registration's user when it has none yet (a first sign-in); false when it
     /// already had one (or is gone): a user never changes.
     func setUser(id: UUID, user: RegistrationUser) async throws -> Bool
-    /// Deletes the registration; its tokens, cookies and flows go with it.
-    @discardableResult func delete(id: UUID) async throws -> Bool
+    /// Deletes the registration; its tokens, cookies and flows go with it. With `event`, the event
+    /// is written in the same statement, only when a registration went.
+    @discardableResult func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool
+}
+
+extension RegistrationRepository {
+    public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID) async throws -> Bool {
+        try await changeStatus(from: from, to: to, id: id, event: nil)
+    }
+
+    @discardableResult public func delete(id: UUID) async throws -> Bool { try await delete(id: id, event: nil) }
+}
+
+/// Lifecycle events (the outbox) and their webhook deliveries.
+public protocol EventRepository: Sendable {
+    /// An event that reports no row change of its own (`token.refresh_failed`); the registration's
+    /// user is read from its row.
+    func append(_ event: LifecycleEvent, registrationID: UUID?, destination: String?) async throws
+    /// Gives up to `limit` events that have not been fanned out a delivery row for each endpoint
+    /// `endpoints` names for their type and destination; how many events it took.
+    func fanOut(limit: Int, endpoints: @Sendable (String, String?) -> [String]) async throws -> Int
+    /// Leases up to `limit` due deliveries for `lease` (no other instance sends them meanwhile).
+    func claimDue(limit: Int, lease: Duration) async throws -> [DueDelivery]
+    /// The end of one attempt: `delivered`, or `retryAt` (nil: given up, `failed`).
+    func recordAttempt(
+        eventID: UUID, endpoint: String, delivered: Bool, status: Int?, error: String?, retryAt: Date?
+    ) async throws
+    /// Newest first, older than `before` (a `seq`), optionally of one type or registration.
+    func list(type: String?, registrationID: UUID?, before: Int64?, limit: Int) async throws -> [StoredLifecycleEvent]
+    /// Sends an event again: every delivery pending now, and a delivery for each endpoint that now
+    /// covers it; false when there is no such event.
+    func redeliver(id: UUID) async throws -> Bool
+    /// Deliveries still pending (the backlog).
+    func pendingDeliveries() async throws -> Int
 }
 
 /// What names an agent's registration: the destination, the user (issuer and subject of the
@@ -65,7 +98,13 @@ public protocol FlowRepository: Sendable {
     func find(id: UUID) async throws -> FlowRecord?
     /// Moves a pending flow to a final status (its kind state and staged cookies go); false when
     /// it was no longer pending.
-    func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool
+    func finish(id: UUID, status: FlowStatus, error: String?, at: Date, event: LifecycleEvent?) async throws -> Bool
+}
+
+extension FlowRepository {
+    public func finish(id: UUID, status: FlowStatus, error: String?, at: Date) async throws -> Bool {
+        try await finish(id: id, status: status, error: error, at: at, event: nil)
+    }
 }
 
 /// A registration's cookie jar, plus a way to drop what this instance remembers of it.
@@ -85,10 +124,10 @@ public protocol TokenRepository: TokenStore {
     func setCaching(_ enabled: Bool)
     /// When tokens were last sent, in one batch.
     func markUsed(_ uses: [TokenKey: Date]) async throws
-    /// Registrations' tokens of `kind` (the grant) with a refresh token that expire before
+    /// Registrations' tokens of one of `kinds` (grants) with a refresh token that expire before
     /// `before` and are past half their life (so one that lives less than the lead is not
     /// refreshed on every look), soonest first, at most `limit` (the background refresh's work).
-    func expiring(kind: String, before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)]
+    func expiring(kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)]
 }
 
 /// Removes what has outlived its use.

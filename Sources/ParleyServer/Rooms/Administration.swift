@@ -68,6 +68,8 @@ struct Administration: Sendable {
     let conversations: Conversations
     let invalidation: CacheInvalidation
     let audit: AuditLog
+    /// The outbox (nil: the in-memory tier, which has none; its event list is empty).
+    let events: (any EventRepository)?
 
     func registration(id: UUID) async throws -> RegistrationRecord {
         guard let record = try await registrations.find(id: id) else { throw RegistrationError.notFound }
@@ -149,4 +151,33 @@ struct Administration: Sendable {
         await audit.record(.adminAuditRead, actor: .admin, detail: ["admin": admin.name, "count": String(events.count)])
         return AuditPage(events: events, next: events.count == query.limit ? events.last.map { AuditCursor(id: $0.id) } : nil)
     }
+
+    /// Lifecycle events, newest first, with each endpoint's delivery state.
+    func eventPage(_ query: EventQuery, admin: AdminIdentity) async throws -> EventPage {
+        let page = try await events?.list(
+            type: query.type?.rawValue, registrationID: query.registrationID, before: query.before?.id, limit: query.limit) ?? []
+        await audit.record(.adminEventsRead, actor: .admin, detail: ["admin": admin.name, "count": String(page.count)])
+        return EventPage(events: page, next: page.count == query.limit ? page.last.map { AuditCursor(id: $0.seq) } : nil)
+    }
+
+    /// Sends an event again to every endpoint that covers it (`404` for an unknown one).
+    func redeliver(event id: UUID, admin: AdminIdentity, logger: Logger) async throws {
+        guard let events, try await events.redeliver(id: id) else { throw RegistrationError.notFound }
+        await audit.record(.adminEventRedelivery, actor: .admin, detail: ["admin": admin.name, "event": id.uuidString.lowercased()])
+        logger.info("event redelivery", metadata: ["event.id": .string(id.uuidString.lowercased())])
+    }
+}
+
+/// What the event list is asked for: one type, one registration, older than the cursor's.
+struct EventQuery: Sendable, Equatable {
+    var type: LifecycleEventType?
+    var registrationID: UUID?
+    var limit: Int
+    var before: AuditCursor?
+}
+
+/// A page of events, newest first; `next` is nil when the page is not full.
+struct EventPage: Sendable {
+    let events: [StoredLifecycleEvent]
+    let next: AuditCursor?
 }

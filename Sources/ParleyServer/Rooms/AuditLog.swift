@@ -45,6 +45,9 @@ enum AuditAction: String, Sendable, CaseIterable {
     case adminRegistrationRead = "admin.registration.read"
     case adminRevocation = "admin.revocation"
     case adminAuditRead = "admin.audit.read"
+    case adminEventsRead = "admin.events.read"
+    /// An administrator asked for an event to be sent again (`detail.event`).
+    case adminEventRedelivery = "admin.event.redelivery"
     /// A presented admin token matched none (`detail.client`: the client address; never the token).
     case adminAuthenticationFailed = "admin.authentication_failed"
 

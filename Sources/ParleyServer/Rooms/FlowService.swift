@@ -214,14 +214,23 @@ struct FlowService: Sendable {
         if status == .completed, let current = try await flows.find(id: flow.id), current.status == .pending {
             try await staging.commit(current)
         }
-        guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now) else { return }
+        // The event is written by the same statement that ends the flow (the outbox).
+        var event: LifecycleEvent?
+        switch status {
+        case .completed: event = LifecycleEvent(.flowCompleted, detail: flow.eventDetail)
+        case .failed: event = LifecycleEvent(.flowFailed, detail: flow.eventDetail.merging(["reason": error ?? "failed"]) { a, _ in a })
+        case .pending, .expired: event = nil
+        }
+        guard try await flows.finish(id: flow.id, status: status, error: error, at: clock.now, event: event) else { return }
         metrics?.increment(.flows, [("kind", flow.kind.rawValue), ("outcome", status.rawValue)])
         if status == .completed {
             // A person signed in just now: what step-up rules compare with.
             do {
                 try await binding.registrations.setSignedIn(id: flow.registrationID, at: clock.now)
                 // A registration that needed a person again has one: it is active by itself.
-                if try await binding.registrations.changeStatus(from: .reconnectRequired, to: .active, id: flow.registrationID) {
+                if try await binding.registrations.changeStatus(
+                    from: .reconnectRequired, to: .active, id: flow.registrationID, event: LifecycleEvent(.recovered, detail: ["flowId": flow.idString]))
+                {
                     await audit.record(.registrationRecovered, actor: .system, registrationID: flow.registrationID, detail: ["flow": flow.idString])
                     await binding.invalidation(flow.registrationID)
                 }
@@ -239,6 +248,11 @@ struct FlowService: Sendable {
         }
         try await signals.announce(flowID: flow.id)
     }
+}
+
+extension FlowRecord {
+    /// What a flow's events say about it: its id, kind and purpose.
+    var eventDetail: [String: String] { ["flowId": idString, "kind": kind.rawValue, "purpose": purpose.rawValue] }
 }
 
 /// The contract's flow object, the same in a registration, a `401`, and `GET /v1/flows/{id}`:

@@ -4,16 +4,21 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
-/// Refresh ahead of need: a registration's authorization-code token (the kind only a person can
-/// replace) that expires within `lead`, and is past half its life, is refreshed in the background, so no call waits for it
-/// and a refresh token the server no longer honours is noticed before the person needs the
-/// back end (the registration becomes `reconnect_required`, see `Reconnects`). Every instance
+/// Refresh ahead of need: a registration's token with a refresh token (authorization code, or
+/// password grant) that expires within `lead`, and is past half its life, is refreshed in the
+/// background, so no call waits for it; and a refresh token the server no longer honours is
+/// noticed before the person needs the back end (an authorization-code registration becomes
+/// `reconnect_required`, see `Reconnects`; a password-grant token is obtained again by the next call). Every instance
 /// looks every `interval` (plus up to a fifth of it at random, so they do not look in step);
 /// the token lease single-flights each refresh across instances, and another instance's fresh
-/// token is taken as it is. At most `perDestination` refreshes per destination per look, each
+/// token is taken as it is. At most `perDestination` refreshes per destination and `perServer`
+/// per authorization server (destinations that share a token endpoint share it) per look, each
 /// also under the token-endpoint budget every refresh obeys. Failures are the broker's as on
 /// the request path (audited, backed off); nothing here retries on its own.
 struct RefreshAhead: Service {
+    /// The grants whose registration tokens carry a refresh token worth renewing ahead.
+    static let grants: [OAuth2Settings.Grant] = [.authorizationCode, .password]
+
     let tokens: any TokenRepository
     let broker: OAuth2Broker
     let configurator: DestinationConfigurator
@@ -21,12 +26,13 @@ struct RefreshAhead: Service {
     let lead: Duration
     let interval: Duration
     let perDestination: Int
+    var perServer: Int = 100
     let clock: any WallClock
     let logger: Logger
 
     func run() async throws {
         // A service that ends stops the whole server (the group's rule): with nothing to do, wait.
-        guard lead > .zero, destinations.values.contains(where: { $0.oauth2?.grant == .authorizationCode }) else {
+        guard lead > .zero, destinations.values.contains(where: { $0.oauth2.map { Self.grants.contains($0.grant) } ?? false }) else {
             try? await gracefulShutdown()
             return
         }
@@ -45,19 +51,23 @@ struct RefreshAhead: Service {
         let due: [(TokenKey, StoredToken)]
         do {
             due = try await tokens.expiring(
-                kind: OAuth2Settings.Grant.authorizationCode.rawValue, before: before, limit: perDestination * max(1, destinations.count))
+                kinds: Self.grants.map(\.rawValue), before: before, limit: perDestination * max(1, destinations.count))
         } catch {
             logger.warning("tokens due for a refresh could not be read", metadata: ["error": "\(error)"])
             return 0
         }
         var started: [String: Int] = [:]
+        var startedAtServer: [String: Int] = [:]
         for (key, token) in due {
-            guard let destination = destinations[key.destination], destination.oauth2?.grant == .authorizationCode,
+            guard let destination = destinations[key.destination], let grant = destination.oauth2?.grant, Self.grants.contains(grant),
                 started[key.destination, default: 0] < perDestination, let endpoint = configurator.tokenEndpoint(for: destination)
             else { continue }
+            let server = URLParts(endpoint.settings.tokenEndpoint).map { $0.origin + $0.path } ?? endpoint.settings.tokenEndpoint
+            guard startedAtServer[server, default: 0] < perServer else { continue }
             started[key.destination, default: 0] += 1
+            startedAtServer[server, default: 0] += 1
             do {
-                _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token)
+                _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true)
             } catch {
                 logger.debug("a refresh ahead of need failed", metadata: ["destination": .string(key.destination), "error": "\(error)"])
             }

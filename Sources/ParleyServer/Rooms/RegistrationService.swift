@@ -292,7 +292,7 @@ struct RegistrationService: Sendable {
                 detail: failure)
         }
         await revokeUpstream(registration: record)
-        try await registrations.delete(id: record.id)
+        try await registrations.delete(id: record.id, event: LifecycleEvent(.revoked, detail: ["by": actor.rawValue, "reason": "deleted"]))
         await invalidation.changed(record.id)  // every instance stops using it at once
         await audit.record(.registrationDeleted, actor: actor, registrationID: record.id, destination: record.destination)
         metrics.increment(.registrations, [("action", "deleted")])
@@ -357,6 +357,7 @@ struct AuditTokenEvents: TokenEventSink {
     let audit: AuditLog
     let metrics: Metrics
     var reconnects: Reconnects? = nil
+    var events: (any EventRepository)? = nil
 
     func record(_ event: TokenEvent, key: TokenKey, grant: OAuth2Settings.Grant, detail: String?) async {
         var fields = ["grant": grant.rawValue, "scopeKey": key.scopeKey]
@@ -368,8 +369,21 @@ struct AuditTokenEvents: TokenEventSink {
         }
     }
 
-    func refreshed(_ outcome: RefreshOutcome, destination: String) {
-        metrics.increment(.tokenRefreshes, [("destination", destination), ("outcome", outcome.rawValue)])
+    func refreshed(_ outcome: RefreshOutcome, destination: String, ahead: Bool) {
+        metrics.increment(.tokenRefreshes, [("destination", destination), ("outcome", outcome.rawValue), ("when", ahead ? "ahead" : "request")])
+    }
+
+    /// `token.refresh_failed`: the refresh keeps failing for a reason that may pass (the tokens are kept).
+    func refreshKeepsFailing(_ key: TokenKey, grant: OAuth2Settings.Grant, failures: Int, detail: String) async {
+        guard let events else { return }
+        let registration = key.registrationID.flatMap(UUID.init(uuidString:))
+        let event = LifecycleEvent(
+            .refreshFailed, detail: ["scopeKey": key.scopeKey, "grant": grant.rawValue, "failures": String(failures), "outcome": detail])
+        do {
+            try await events.append(event, registrationID: registration, destination: key.destination)
+        } catch {
+            audit.logger.warning("a token.refresh_failed event was not recorded", metadata: ["error": "\(error)"])
+        }
     }
 }
 
@@ -397,11 +411,14 @@ final class Reconnects: Sendable {
     ) -> @Sendable (UUID, String) async -> Void {
         { id, scopeKey in
             do {
-                guard try await registrations.changeStatus(from: .active, to: .reconnectRequired, id: id),
-                    let record = try await registrations.find(id: id)
-                else { return }
+                // The fresh flow first (a pending one is reused), so the event can name it.
+                guard let record = try await registrations.find(id: id), record.status == .active else { return }
                 let (flow, _) = try await flows.pendingFlow(
                     kind: .oauth2, scopeKey: scopeKey, challengeURL: nil, purpose: .login, registration: record)
+                guard try await registrations.changeStatus(
+                    from: .active, to: .reconnectRequired, id: id,
+                    event: LifecycleEvent(.reconnectRequired, detail: ["flowId": flow.idString, "reason": "refresh_rejected"]))
+                else { return }
                 await audit.record(
                     .registrationReconnectRequired, actor: .system, registrationID: id, destination: record.destination,
                     detail: ["flow": flow.idString, "reason": "refresh_rejected"])
