@@ -45,4 +45,42 @@ import UpstreamSimulator
             #expect(!audit.isEmpty)
         }
     }
+
+    /// A password-grant token is refreshed ahead too, and the metric tells the background refresh
+    /// (`when="ahead"`) from one a call waited for.
+    @Test func aPasswordGrantTokenIsRefreshedAheadAndCountedAsSuch() async throws {
+        var options = LiveOptions()
+        // 34 s tokens: fresh for the call right after registering (Parley takes a token as stale 30 s
+        // before it expires), past half their life after 17 s, when the background refresh takes them.
+        options.simulator.accessTokenLifetime = .seconds(34)
+        try await withLiveParley(
+            destinations: { [OAuth2Tests.destination($0, grant: "password")] }, options: options,
+            adjust: {
+                $0.housekeeping.refreshAhead = .seconds(300)
+                $0.housekeeping.refreshAheadInterval = .seconds(1)
+            }
+        ) { live in
+            let (_, token) = try await live.register("as")
+            #expect(try await live.request("GET", "/v1/proxy/oauth-api/orders", token: token).status == 200)
+            let calls = live.simulator.requests(route: "ANY /oauth-api")
+            #expect(live.simulator.oauth.tokenCallsByGrant["refresh_token", default: 0] == 0)
+            // The background refresh ends (17 s on): the metric counts it as done ahead.
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: .seconds(40))
+            var metrics = ""
+            var ahead: Substring?
+            while ahead == nil, clock.now < deadline {
+                try await Task.sleep(for: .milliseconds(250))
+                metrics = try await live.request("GET", "/metrics").text
+                ahead = metrics.split(separator: "\n").first {
+                    $0.hasPrefix("parley_token_refreshes_total") && $0.contains("when=\"ahead\"") && $0.contains("outcome=\"ok\"")
+                }
+            }
+            #expect(ahead != nil, "no refresh ahead in 40 s: \(metrics.split(separator: "\n").filter { $0.contains("refreshes") })")
+            #expect(live.simulator.oauth.tokenCallsByGrant["refresh_token", default: 0] >= 1, "\(live.simulator.oauth.tokenCallsByGrant)")
+            #expect(live.simulator.oauth.tokenCallsByGrant["password", default: 0] == 1)
+            #expect(live.simulator.requests(route: "ANY /oauth-api") == calls, "a call went upstream")
+            #expect(!metrics.contains("when=\"request\""), "no call waited for a refresh")
+        }
+    }
 }
