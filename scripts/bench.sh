@@ -444,7 +444,7 @@ unset token token_cc
 # Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
 extra_env=(BIN="$bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
   PSQL="$PSQL")
-for extra in propagation.py refresh_storm.py scale.sh; do
+for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do
   say "bench: scripts/bench/$extra" >&2
   env "${extra_env[@]}" "scripts/bench/$extra" >"$tmp/extra-$extra.txt" 2>"$tmp/extra-$extra.log" \
     || { cat "$tmp/extra-$extra.txt" "$tmp/extra-$extra.log" >&2; die "scripts/bench/$extra"; }
@@ -565,7 +565,7 @@ say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in 
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
 say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
 say ""
-for extra in propagation.py refresh_storm.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
+for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
 say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5, aim 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
 say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct)"
@@ -575,7 +575,7 @@ say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (tar
 say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
-for extra in propagation.py refresh_storm.py scale.sh; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
+for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
 say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
 say "RESULT cold start to ready = $cold_start_ms ms (target <= 300 ms: $(verdict "$(( cold_start_ms <= 300 ))")); first start with migrations = $first_start_ms ms"
 if [ "${BENCH_PROFILE:-}" = "1" ] && [ -s "$tmp/perf.data" ]; then

@@ -212,6 +212,8 @@ import UpstreamSimulator
         #expect(!x.covers(type: "registration.revoked", destination: "y"))
         #expect(!x.covers(type: "flow.completed", destination: "x"))
         #expect(!all.covers(type: "not.an.event", destination: nil))
+        #expect(WebhookEndpoint.display("https://h.example/in?token=s3cret") == "https://h.example/in?…")
+        #expect(WebhookEndpoint.display("https://h.example/in") == "https://h.example/in")
     }
 
     @Test func theDestinationsFileChecksItsWebhooks() throws {

@@ -270,15 +270,9 @@ struct EventView: Encodable, Sendable {
     let at: Date
     @Nullable var registrationId: String?
     @Nullable var destination: String?
-    @Nullable var user: User?
+    @Nullable var user: RegistrationView.UserView?
     let detail: [String: String]
     let deliveries: [Delivery]
-
-    struct User: Encodable, Sendable {
-        let issuer: String
-        let subject: String
-        let verified: Bool
-    }
 
     struct Delivery: Encodable, Sendable {
         let endpoint: String
@@ -297,11 +291,11 @@ struct EventView: Encodable, Sendable {
         at = event.at
         registrationId = event.registrationID?.uuidString.lowercased()
         destination = event.destination
-        user = event.user.map { User(issuer: $0.issuer, subject: $0.subject, verified: $0.verified) }
+        user = event.user.map(RegistrationView.UserView.init)
         detail = event.detail
         deliveries = event.deliveries.map {
             Delivery(
-                endpoint: $0.endpoint, status: $0.status.rawValue, attempts: $0.attempts, nextAttemptAt: $0.nextAttemptAt,
+                endpoint: WebhookEndpoint.display($0.endpoint), status: $0.status.rawValue, attempts: $0.attempts, nextAttemptAt: $0.nextAttemptAt,
                 lastAttemptAt: $0.lastAttemptAt, lastStatus: $0.lastStatus, lastError: $0.lastError, deliveredAt: $0.deliveredAt)
         }
     }

@@ -109,5 +109,12 @@ struct RegistrationView: Encodable, Sendable {
             subject = user.subject
             verified = user.verified
         }
+
+        /// The user an event names (the same three members).
+        init(_ user: EventUser) {
+            issuer = user.issuer
+            subject = user.subject
+            verified = user.verified
+        }
     }
 }

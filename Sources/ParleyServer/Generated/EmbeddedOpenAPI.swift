@@ -5695,7 +5695,7 @@ public enum EmbeddedOpenAPI {
                 "properties": {
                   "endpoint": {
                     "type": "string",
-                    "description": "The webhook URL."
+                    "description": "The webhook URL, its query (which may carry the receiver's token) shown as `?…`."
                   },
                   "status": {
                     "type": "string",

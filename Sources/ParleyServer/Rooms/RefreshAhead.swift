@@ -13,11 +13,13 @@ import ServiceLifecycle
 /// the token lease single-flights each refresh across instances, and another instance's fresh
 /// token is taken as it is. At most `perDestination` refreshes per destination and `perServer`
 /// per authorization server (destinations that share a token endpoint share it) per look, each
-/// also under the token-endpoint budget every refresh obeys. Failures are the broker's as on
+/// also under the token-endpoint budget every refresh obeys, eight at a time. Failures are the broker's as on
 /// the request path (audited, backed off); nothing here retries on its own.
 struct RefreshAhead: Service {
     /// The grants whose registration tokens carry a refresh token worth renewing ahead.
     static let grants: [OAuth2Settings.Grant] = [.authorizationCode, .password]
+    /// Refreshes of one look in flight at once.
+    static let concurrency = 8
 
     let tokens: any TokenRepository
     let broker: OAuth2Broker
@@ -58,6 +60,7 @@ struct RefreshAhead: Service {
         }
         var started: [String: Int] = [:]
         var startedAtServer: [String: Int] = [:]
+        var chosen: [(TokenKey, StoredToken, TokenEndpointClient)] = []
         for (key, token) in due {
             guard let destination = destinations[key.destination], let grant = destination.oauth2?.grant, Self.grants.contains(grant),
                 started[key.destination, default: 0] < perDestination, let endpoint = configurator.tokenEndpoint(for: destination)
@@ -66,10 +69,26 @@ struct RefreshAhead: Service {
             guard startedAtServer[server, default: 0] < perServer else { continue }
             started[key.destination, default: 0] += 1
             startedAtServer[server, default: 0] += 1
-            do {
-                _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true)
-            } catch {
-                logger.debug("a refresh ahead of need failed", metadata: ["destination": .string(key.destination), "error": "\(error)"])
+            chosen.append((key, token, endpoint))
+        }
+        // A few at a time: each refresh waits mostly on the network and the database.
+        await withTaskGroup(of: Void.self) { group in
+            var pending = chosen.makeIterator()
+            var running = 0
+            while true {
+                while running < Self.concurrency, let (key, token, endpoint) = pending.next() {
+                    running += 1
+                    group.addTask {
+                        do {
+                            _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true)
+                        } catch {
+                            logger.debug(
+                                "a refresh ahead of need failed", metadata: ["destination": .string(key.destination), "error": "\(error)"])
+                        }
+                    }
+                }
+                guard running > 0, await group.next() != nil else { break }
+                running -= 1
             }
         }
         let count = started.values.reduce(0, +)

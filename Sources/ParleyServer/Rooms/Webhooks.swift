@@ -13,6 +13,13 @@ public struct WebhookEndpoint: Sendable {
     let secrets: [[UInt8]]
     let subscriptions: [WebhookSubscription]
 
+    /// A webhook URL as logs and the admin API show it: without its query, which may carry a
+    /// receiver's token (`https://hooks.example/in?…`).
+    static func display(_ url: String) -> String {
+        guard let mark = url.firstIndex(of: "?") else { return url }
+        return String(url[..<mark]) + "?…"
+    }
+
     /// Whether an event of `type` about `destination` goes here.
     func covers(type: String, destination: String?) -> Bool {
         guard let type = LifecycleEventType(rawValue: type) else { return false }
@@ -39,7 +46,7 @@ public struct WebhookEndpoint: Sendable {
             let named = byURL[url] ?? []
             let references = Set(named.map(\.secretRef))
             guard references.count == 1, let reference = references.first else {
-                problems.append("webhook \(url.prefix(200)): listed more than once with different secretRef values")
+                problems.append("webhook \(display(url).prefix(200)): listed more than once with different secretRef values")
                 continue
             }
             let text: String?
@@ -49,7 +56,7 @@ public struct WebhookEndpoint: Sendable {
                 text = readFile(String(reference.dropFirst(5)))
             }
             guard let text, !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-                problems.append("webhook \(url.prefix(200)): secretRef \(reference.prefix(200)) names nothing (unset variable, or no such file)")
+                problems.append("webhook \(display(url).prefix(200)): secretRef \(reference.prefix(200)) names nothing (unset variable, or no such file)")
                 continue
             }
             var secrets: [[UInt8]] = []
@@ -60,7 +67,7 @@ public struct WebhookEndpoint: Sendable {
                 } else {
                     usable = false
                     problems.append(
-                        "webhook \(url.prefix(200)): a secret of \(reference.prefix(200)) is not base64 (after an optional whsec_) of at least 24 bytes")
+                        "webhook \(display(url).prefix(200)): a secret of \(reference.prefix(200)) is not base64 (after an optional whsec_) of at least 24 bytes")
                 }
             }
             if usable { endpoints.append(WebhookEndpoint(url: url, secrets: secrets, subscriptions: named)) }
@@ -209,7 +216,7 @@ struct WebhookDelivery: Service {
         metrics.increment(.webhookDeliveries, [("outcome", outcome)])
         let metadata: Logger.Metadata = [
             "event.id": .string(delivery.event.id.uuidString.lowercased()), "event.type": .string(delivery.event.type),
-            "webhook.url": .string(delivery.endpoint), "webhook.attempt": "\(attempts)", "webhook.outcome": .string(outcome),
+            "webhook.url": .string(WebhookEndpoint.display(delivery.endpoint)), "webhook.attempt": "\(attempts)", "webhook.outcome": .string(outcome),
         ]
         if delivered {
             logger.info("webhook delivered", metadata: metadata)

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Refresh ahead of need: 10,000 registrations whose tokens expire within the same minute are
+refreshed in the background, at the configured rate, one token-endpoint call each, and no call
+waits for a refresh; the proxied p99 while that happens is compared with a quiet stretch before.
+
+A simulator of its own (tokens live AHEAD_TOKEN_SECONDS, default 180) and one Parley instance
+with destination `ahead` (OAuth2 password grant against that simulator, whose tokens carry a
+refresh token), PARLEY_REFRESH_AHEAD_SECONDS=150 and a look every second that starts at most
+AHEAD_PER_LOOK (default 400) refreshes. Then:
+1. seeding: AHEAD_REGISTRATIONS (10,000) registrations, each with one proxied call that obtains
+   its token (password grant); all tokens are issued within the seeding time (must be < 60 s);
+2. a probe sends AHEAD_PROBE_RPS (100) proxied GETs a second, each for a random registration,
+   from the end of seeding until every token has been refreshed; its latencies are split into
+   the quiet stretch (before the first background refresh) and the refresh stretch;
+3. counted at the end: refresh_token grants at the simulator (target: one per registration),
+   Parley's `parley_token_refreshes_total{when="ahead"}` and `{when="request"}` (target 0: no
+   call waited for a refresh), the refresh rate achieved against the configured one.
+
+Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs AHEAD_REGISTRATIONS,
+AHEAD_TOKEN_SECONDS, AHEAD_PER_LOOK, AHEAD_PROBE_RPS. Exits 0 when it ran, whatever the verdict;
+1 when something could not run.
+"""
+
+import asyncio
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (Env, _tail, die, free_ports, percentile, request, run_main, say,  # noqa: E402
+                      start_instances, verdict)
+
+PATH = "/v1/proxy/oauth-api/data"
+
+
+class Client:
+    """One kept-alive HTTP/1.1 connection, asyncio."""
+
+    def __init__(self, port):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def call(self, method, path, token=None, body=None):
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+        if token:
+            head += f"Authorization: Bearer {token}\r\n"
+        payload = b""
+        if body is not None:
+            payload = json.dumps(body).encode()
+            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + payload)
+        response = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(response.split(b" ", 2)[1])
+        length = 0
+        for line in response.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        data = await self.reader.readexactly(length) if length else b""
+        return status, data
+
+
+async def seed(port, count, workers=32):
+    """Registers `count` registrations, each with one proxied call; their client tokens."""
+    tokens = []
+    queue = list(range(count))
+
+    async def worker():
+        client = Client(port)
+        while queue:
+            queue.pop()
+            status, body = await client.call(
+                "POST", "/v1/registrations",
+                body={"destination": "ahead", "credentials": {"username": "alice", "password": "wonderland"}})
+            if status != 201:
+                die(f"POST /v1/registrations answered {status}: {body[:300]!r}")
+            token = json.loads(body)["clientToken"]
+            status, body = await client.call("GET", PATH, token=token)
+            if status != 200:
+                die(f"the seeding call answered {status}: {body[:300]!r}")
+            tokens.append(token)
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return tokens
+
+
+async def probe(port, tokens, rps, stop):
+    """Proxied GETs at `rps` for random registrations until `stop()`; [(start time, seconds, status)]."""
+    results = []
+    clients = [Client(port) for _ in range(16)]
+    free = asyncio.Queue()
+    for client in clients:
+        free.put_nowait(client)
+
+    async def one():
+        client = await free.get()
+        started = time.monotonic()
+        try:
+            status, _ = await client.call("GET", PATH, token=random.choice(tokens))
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            client.writer, status = None, None
+        results.append((started, time.monotonic() - started, status))
+        free.put_nowait(client)
+
+    pending = set()
+    interval = 1.0 / rps
+    next_at = time.monotonic()
+    while not stop():
+        pending.add(asyncio.ensure_future(one()))
+        pending = {t for t in pending if not t.done()}
+        next_at += interval
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    await asyncio.gather(*pending)
+    return results
+
+
+def refresh_grants(port):
+    status, body = request(port, "GET", "/sim/stats")
+    if status != 200:
+        die(f"GET /sim/stats answered {status}")
+    return json.loads(body)["oauth"]["tokenCallsByGrant"].get("refresh_token", 0)
+
+
+def parley_refreshes(port):
+    """parley_token_refreshes_total by `when` (ok outcomes and others together)."""
+    _, body = request(port, "GET", "/metrics")
+    counts = {"ahead": 0, "request": 0}
+    for line in body.decode().splitlines():
+        if line.startswith("parley_token_refreshes_total{"):
+            when = re.search(r'when="(\w+)"', line)
+            if when:
+                counts[when.group(1)] = counts.get(when.group(1), 0) + int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def main():
+    env = Env()
+    n = int(os.environ.get("AHEAD_REGISTRATIONS", "10000"))
+    lifetime = int(os.environ.get("AHEAD_TOKEN_SECONDS", "180"))
+    per_look = int(os.environ.get("AHEAD_PER_LOOK", "400"))
+    rps = int(os.environ.get("AHEAD_PROBE_RPS", "100"))
+    lead = lifetime - 30
+    # A simulator of its own: short-lived tokens.
+    (sim_port,) = free_ports(1)
+    sim_log = os.path.join(env.tmp, "refresh-ahead-simulator.log")
+    with open(sim_log, "wb") as out:
+        simulator = subprocess.Popen(
+            [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(sim_port),
+             "--access-token-seconds", str(lifetime)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if request(sim_port, "GET", "/sim/stats", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if simulator.poll() is not None or time.monotonic() > deadline:
+                die(f"the simulator did not start: {_tail(sim_log)}")
+            time.sleep(0.05)
+        run(env, sim_port, n, lifetime, lead, per_look, rps)
+    finally:
+        simulator.terminate()
+        simulator.wait(timeout=10)
+
+
+def run(env, sim_port, n, lifetime, lead, per_look, rps):
+    sim = f"http://127.0.0.1:{sim_port}"
+    destinations = f"""destinations:
+  - name: ahead
+    url: {sim}
+    oauth2:
+      grant: password
+      tokenEndpoint: {sim}/oauth/token
+      clientId: parley-confidential
+      clientSecret: s3cret
+      clientAuthentication: client_secret_basic
+      scopes: [read]
+"""
+    os.environ.update({
+        "PARLEY_REFRESH_AHEAD_SECONDS": str(lead), "PARLEY_REFRESH_AHEAD_INTERVAL_SECONDS": "1",
+        "PARLEY_REFRESH_AHEAD_PER_DESTINATION": str(per_look), "PARLEY_REFRESH_AHEAD_PER_SERVER": str(per_look),
+    })
+    (instance,) = start_instances(env, ["ahead"], destinations, os.path.join(env.tmp, "refresh-ahead"))
+    started = time.monotonic()
+    tokens = asyncio.run(seed(instance.port, n))
+    seeded = time.monotonic()
+    seeding = seeded - started
+    # A token is due once it expires within the lead and is past half its life.
+    due_after = max(lifetime - lead, lifetime / 2)
+    say(f"refresh ahead: {n} registrations of destination 'ahead' (password grant, tokens live {lifetime} s), "
+        f"seeded in {seeding:.1f} s (every token issued within it); refresh ahead: lead {lead} s, "
+        f"a look every 1 s (+ up to 0.2 s) starting at most {per_look}; tokens due {due_after:.0f} s after issue")
+    if seeding > 60:
+        say(f"  (seeding took {seeding:.0f} s: the tokens expire over more than one minute)")
+
+    base = refresh_grants(sim_port)
+    before = parley_refreshes(instance.port)
+    marks = {}
+
+    def stop():
+        now = time.monotonic()
+        done = refresh_grants(sim_port) - base if now - marks.get("polled", 0) > 0.5 else marks.get("done", 0)
+        if now - marks.get("polled", 0) > 0.5:
+            marks["polled"] = now
+            marks["done"] = done
+            if done > 0 and "first" not in marks:
+                marks["first"] = now
+            if done >= n and "last" not in marks:
+                marks["last"] = now
+        return "last" in marks or now - seeded > due_after + 240
+
+    results = asyncio.run(probe(instance.port, tokens, rps, stop))
+    calls = refresh_grants(sim_port) - base
+    after = parley_refreshes(instance.port)
+    ahead = after["ahead"] - before["ahead"]
+    waited = after["request"] - before["request"]
+    first, last = marks.get("first"), marks.get("last")
+    if first is None:
+        die(f"no background refresh within {due_after + 240:.0f} s of seeding")
+    quiet = sorted(d * 1000 for t, d, s in results if t < first - 1 and s == 200)
+    during = sorted(d * 1000 for t, d, s in results if first <= t <= (last or time.monotonic()) and s == 200)
+    failed = sum(1 for _, _, s in results if s != 200)
+    if len(quiet) < 100 or len(during) < 100:
+        die(f"too few probe answers to compare (quiet {len(quiet)}, during {len(during)})")
+    span = (last or time.monotonic()) - first
+    rate = calls / span if span > 0 else float("nan")
+    q99, d99 = percentile(quiet, 0.99), percentile(during, 0.99)
+    q50, d50 = percentile(quiet, 0.5), percentile(during, 0.5)
+    say(f"  background refreshes: {calls} refresh_token grants at the token endpoint over {span:.1f} s "
+        f"({rate:.0f}/s; configured: up to {per_look} per look every 1-1.2 s); Parley counted {ahead} ahead, "
+        f"{waited} a call waited for")
+    say(f"  probe ({rps} proxied GETs/s, random registrations): quiet {len(quiet)} answers p50 {q50:.2f} ms p99 {q99:.2f} ms; "
+        f"while refreshing {len(during)} answers p50 {d50:.2f} ms p99 {d99:.2f} ms; not 200: {failed}")
+    ok_calls = calls == n
+    ok_waited = waited == 0 and failed == 0
+    say(f"RESULT refresh ahead: {n} registrations expiring within {seeding:.0f} s, token endpoint calls = {calls} "
+        f"(target {n}, one each: {verdict(ok_calls)}) at {rate:.0f}/s; proxied p99 while refreshing {d99:.2f} ms vs quiet "
+        f"{q99:.2f} ms (ratio {d99 / q99:.2f}); calls that waited for a refresh = {waited}, failed = {failed} "
+        f"(target 0: {verdict(ok_waited)})")
+
+
+if __name__ == "__main__":
+    run_main(main)
