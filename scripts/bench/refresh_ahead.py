@@ -3,21 +3,23 @@
 refreshed in the background, at the configured rate, one token-endpoint call each, and no call
 waits for a refresh; the proxied p99 while that happens is compared with a quiet stretch before.
 
-A simulator of its own (tokens live AHEAD_TOKEN_SECONDS, default 180) and one Parley instance
-with destination `ahead` (OAuth2 password grant against that simulator, whose tokens carry a
-refresh token), PARLEY_REFRESH_AHEAD_SECONDS=150 and a look every second that starts at most
-AHEAD_PER_LOOK (default 400) refreshes. Then:
+A simulator of its own and one Parley instance with destination `ahead` (OAuth2 password grant
+against that simulator, whose tokens carry a refresh token), PARLEY_REFRESH_AHEAD_SECONDS=120
+and a look every second that starts at most AHEAD_PER_LOOK (default 400) refreshes. Then:
 1. seeding: AHEAD_REGISTRATIONS (10,000) registrations, each with one proxied call that obtains
-   its token (password grant); all tokens are issued within the seeding time (must be < 60 s);
-2. a probe sends AHEAD_PROBE_RPS (100) proxied GETs a second, each for a random registration,
-   from the end of seeding until every token has been refreshed; its latencies are split into
-   the quiet stretch (before the first background refresh) and the refresh stretch;
+   its token (password grant);
+2. the tokens' expiry (a plain column; the tokens stay sealed) is set to 150-210 s from now, so
+   all of them expire within the same minute, and every instance is told to drop its cached copy:
+   they become due for a background refresh 30-90 s from now;
+3. a probe sends AHEAD_PROBE_RPS (100) proxied GETs a second, each for a random registration,
+   from then until every token has been refreshed; its latencies are split into the quiet
+   stretch (before the first background refresh) and the refresh stretch;
 3. counted at the end: refresh_token grants at the simulator (target: one per registration),
    Parley's `parley_token_refreshes_total{when="ahead"}` and `{when="request"}` (target 0: no
    call waited for a refresh), the refresh rate achieved against the configured one.
 
 Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs AHEAD_REGISTRATIONS,
-AHEAD_TOKEN_SECONDS, AHEAD_PER_LOOK, AHEAD_PROBE_RPS. Exits 0 when it ran, whatever the verdict;
+AHEAD_PER_LOOK, AHEAD_PROBE_RPS. Exits 0 when it ran, whatever the verdict;
 1 when something could not run.
 """
 
@@ -142,17 +144,16 @@ def parley_refreshes(port):
 def main():
     env = Env()
     n = int(os.environ.get("AHEAD_REGISTRATIONS", "10000"))
-    lifetime = int(os.environ.get("AHEAD_TOKEN_SECONDS", "180"))
     per_look = int(os.environ.get("AHEAD_PER_LOOK", "400"))
     rps = int(os.environ.get("AHEAD_PROBE_RPS", "100"))
-    lead = lifetime - 30
-    # A simulator of its own: short-lived tokens.
+    lead = 120
+    # A simulator of its own, so that its counters are this run's.
     (sim_port,) = free_ports(1)
     sim_log = os.path.join(env.tmp, "refresh-ahead-simulator.log")
     with open(sim_log, "wb") as out:
         simulator = subprocess.Popen(
             [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(sim_port),
-             "--access-token-seconds", str(lifetime)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+             "--access-token-seconds", "3600"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -164,13 +165,13 @@ def main():
             if simulator.poll() is not None or time.monotonic() > deadline:
                 die(f"the simulator did not start: {_tail(sim_log)}")
             time.sleep(0.05)
-        run(env, sim_port, n, lifetime, lead, per_look, rps)
+        run(env, sim_port, n, lead, per_look, rps)
     finally:
         simulator.terminate()
         simulator.wait(timeout=10)
 
 
-def run(env, sim_port, n, lifetime, lead, per_look, rps):
+def run(env, sim_port, n, lead, per_look, rps):
     sim = f"http://127.0.0.1:{sim_port}"
     destinations = f"""destinations:
   - name: ahead
@@ -190,16 +191,17 @@ def run(env, sim_port, n, lifetime, lead, per_look, rps):
     (instance,) = start_instances(env, ["ahead"], destinations, os.path.join(env.tmp, "refresh-ahead"))
     started = time.monotonic()
     tokens = asyncio.run(seed(instance.port, n))
+    seeding = time.monotonic() - started
+    # Every token expires within the same minute, 150-210 s from now; past half its life, it is due
+    # once it expires within the lead (120 s): 30-90 s from now.
+    env.sql("UPDATE tokens SET updated_at = now() - interval '1000 seconds', "
+            "expires_at = now() + interval '150 seconds' + random() * interval '60 seconds'")
+    env.sql("SELECT pg_notify('parley_cache', 't:*')")
     seeded = time.monotonic()
-    seeding = seeded - started
-    # A token is due once it expires within the lead and is past half its life.
-    due_after = max(lifetime - lead, lifetime / 2)
-    say(f"refresh ahead: {n} registrations of destination 'ahead' (password grant, tokens live {lifetime} s), "
-        f"seeded in {seeding:.1f} s (every token issued within it); refresh ahead: lead {lead} s, "
-        f"a look every 1 s (+ up to 0.2 s) starting at most {per_look}; tokens due {due_after:.0f} s after issue")
-    if seeding > 60:
-        say(f"  (seeding took {seeding:.0f} s: the tokens expire over more than one minute)")
-
+    due_after = 90
+    say(f"refresh ahead: {n} registrations of destination 'ahead' (password grant) seeded in {seeding:.1f} s; "
+        f"then every token set to expire 150-210 s later (one minute); refresh ahead: lead {lead} s, "
+        f"a look every 1 s (+ up to 0.2 s) starting at most {per_look}, 8 at a time")
     base = refresh_grants(sim_port)
     before = parley_refreshes(instance.port)
     marks = {}
@@ -240,7 +242,7 @@ def run(env, sim_port, n, lifetime, lead, per_look, rps):
         f"while refreshing {len(during)} answers p50 {d50:.2f} ms p99 {d99:.2f} ms; not 200: {failed}")
     ok_calls = calls == n
     ok_waited = waited == 0 and failed == 0
-    say(f"RESULT refresh ahead: {n} registrations expiring within {seeding:.0f} s, token endpoint calls = {calls} "
+    say(f"RESULT refresh ahead: {n} registrations expiring within one minute, token endpoint calls = {calls} "
         f"(target {n}, one each: {verdict(ok_calls)}) at {rate:.0f}/s; proxied p99 while refreshing {d99:.2f} ms vs quiet "
         f"{q99:.2f} ms (ratio {d99 / q99:.2f}); calls that waited for a refresh = {waited}, failed = {failed} "
         f"(target 0: {verdict(ok_waited)})")
