@@ -32,6 +32,8 @@ CREATE TABLE event_deliveries (
     last_status     integer,
     last_error      text,
     delivered_at    timestamptz,
+    -- Every attempt, oldest first (the last 20): [{"at", "status", "error"}].
+    attempt_log     jsonb NOT NULL DEFAULT '[]',
     PRIMARY KEY (event_id, endpoint)
 );
 CREATE INDEX event_deliveries_due ON event_deliveries (next_attempt_at) WHERE status = 'pending';

@@ -18,6 +18,8 @@ if [ "${1:-}" = "--test" ]; then
   # The deploy kit's checks: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);
   # the Kubernetes schema checker and hadolint come from PyPI (scripts/deploy-tools.sh).
   want+=(haproxy)
+  # deploy/observability/alerts.yml is checked by promtool (Debian's prometheus package).
+  want+=(prometheus)
 fi
 
 missing=()

@@ -357,3 +357,12 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
 public protocol Transport: Sendable {
     func send(_ request: UpstreamRequest) async throws -> UpstreamResponse
 }
+
+/// Printed, TLS options say what they hold, never a key or certificate's bytes.
+extension TLSOptions: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String {
+        "TLSOptions(clientIdentity: \(clientPKCS12 != nil || clientKeyPEM != nil), extraTrustAnchors: \(caPEM != nil))"
+    }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["description": description], displayStyle: .struct) }
+}

@@ -172,3 +172,17 @@ extension Substring {
         return s
     }
 }
+
+/// Printed, a key ring names its key ids only: `"\(keyRing)"` (a debug log of a service that
+/// holds one, say) never shows key bytes.
+extension KeyRing: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String { "KeyRing(keys: \(keys.map(\.id).joined(separator: ", ")))" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["keyIDs": keys.map(\.id)], displayStyle: .struct) }
+}
+
+extension KeyRing.Key: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String { "Key(id: \(id))" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["id": id], displayStyle: .struct) }
+}

@@ -1,4 +1,5 @@
 import ArgumentParser
+import OTel
 import Configuration
 import CurlTransport
 import Foundation
@@ -22,14 +23,29 @@ struct ParleyCommand: AsyncParsableCommand {
 }
 
 /// Logging to standard error at `PARLEY_LOG_LEVEL` (default info, also for a level it does
-/// not know), set up once per process.
-func makeLogger(_ reader: ConfigReader) -> Logger {
+/// not know), as text or, with `PARLEY_LOG_FORMAT=json`, one JSON object per line; with traces on,
+/// every line carries the trace and span ids. Set up once per process; an unknown format exits 78.
+func makeLogger(_ reader: ConfigReader) throws -> Logger {
     let level = reader.string(forKey: "parley.log_level", as: Logger.Level.self, default: .info)
-    LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
-        handler.logLevel = level
-        return handler
+    let format = reader.string(forKey: "parley.log_format")?.lowercased() ?? "text"
+    guard format == "text" || format == "json" else {
+        FileHandle.standardError.write(
+            Data("Parley cannot start; fix the configuration:\n  - PARLEY_LOG_FORMAT must be 'text' or 'json', not '\(format.prefix(40))'\n".utf8))
+        throw ExitCode(78)
     }
+    // A traces problem is reported by Traces.bootstrap; here it only means no trace ids.
+    let provider = ((try? Traces.enabled(reader)) ?? false) ? OTel.makeLoggingMetadataProvider() : nil
+    LoggingSystem.bootstrap(
+        { label, provider in
+            if format == "json" {
+                var handler = JSONLogHandler.standardError(label: label, metadataProvider: provider)
+                handler.logLevel = level
+                return handler
+            }
+            var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+            handler.logLevel = level
+            return handler
+        }, metadataProvider: provider)
     return Logger(label: "parley")
 }
 
@@ -54,7 +70,7 @@ struct Serve: AsyncParsableCommand {
 
     func run() async throws {
         let reader = ParleyConfiguration.environmentReader()
-        let logger = makeLogger(reader)
+        let logger = try makeLogger(reader)
         try await runReportingConfiguration(logger: logger) {
             let configuration = try ParleyConfiguration(reading: reader)
             // Before anything opens a span; nil when traces are off (the no-op tracer stays).
@@ -99,7 +115,7 @@ struct Migrate: AsyncParsableCommand {
 
     func run() async throws {
         let reader = ParleyConfiguration.environmentReader()
-        let logger = makeLogger(reader)
+        let logger = try makeLogger(reader)
         try await runReportingConfiguration(logger: logger) {
             let database = try ParleyConfiguration.Database(reading: reader)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: database.url, maxConnections: 2), logger: logger)

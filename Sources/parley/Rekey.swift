@@ -35,7 +35,7 @@ struct RekeyCommand: AsyncParsableCommand {
 
     func run() async throws {
         let reader = ParleyConfiguration.environmentReader()
-        let logger = makeLogger(reader)
+        let logger = try makeLogger(reader)
         var failed = false
         try await runReportingConfiguration(logger: logger) {
             var problems: [String] = []

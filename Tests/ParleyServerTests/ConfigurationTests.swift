@@ -160,7 +160,7 @@ import Testing
         var documented = Set(table.matches(of: /`(PARLEY_[A-Z_]+)`/).map { String($0.output.1) })
         for suffix in table.matches(of: /`…(_[A-Z_]+)`/).map({ String($0.output.1) }) { documented.insert("PARLEY_RATE_LIMIT" + suffix) }
         // Read by the parley executable itself, before and beside the configuration.
-        let executable: Set = ["PARLEY_LOG_LEVEL", "PARLEY_OTEL_TRACES"]
+        let executable: Set = ["PARLEY_LOG_LEVEL", "PARLEY_LOG_FORMAT", "PARLEY_OTEL_TRACES"]
         #expect(read.subtracting(documented).isEmpty, "read but not in docs/api.md: \(read.subtracting(documented).sorted())")
         #expect(documented.subtracting(read).subtracting(executable).isEmpty, "documented but not read: \(documented.subtracting(read).sorted())")
     }

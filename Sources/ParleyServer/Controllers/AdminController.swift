@@ -283,6 +283,14 @@ struct EventView: Encodable, Sendable {
         @Nullable var lastStatus: Int?
         @Nullable var lastError: String?
         @Nullable var deliveredAt: Date?
+        /// Every attempt, oldest first (the last 20).
+        let history: [Attempt]
+    }
+
+    struct Attempt: Encodable, Sendable {
+        let at: Date
+        @Nullable var status: Int?
+        @Nullable var error: String?
     }
 
     init(_ event: StoredLifecycleEvent) {
@@ -296,7 +304,8 @@ struct EventView: Encodable, Sendable {
         deliveries = event.deliveries.map {
             Delivery(
                 endpoint: WebhookEndpoint.display($0.endpoint), status: $0.status.rawValue, attempts: $0.attempts, nextAttemptAt: $0.nextAttemptAt,
-                lastAttemptAt: $0.lastAttemptAt, lastStatus: $0.lastStatus, lastError: $0.lastError, deliveredAt: $0.deliveredAt)
+                lastAttemptAt: $0.lastAttemptAt, lastStatus: $0.lastStatus, lastError: $0.lastError, deliveredAt: $0.deliveredAt,
+                history: $0.history.map { Attempt(at: $0.at, status: $0.status, error: $0.error) })
         }
     }
 }

@@ -5673,7 +5673,14 @@ public enum EmbeddedOpenAPI {
                         "lastAttemptAt": "2026-11-26T09:30:01Z",
                         "lastStatus": 204,
                         "lastError": null,
-                        "deliveredAt": "2026-11-26T09:30:01Z"
+                        "deliveredAt": "2026-11-26T09:30:01Z",
+                        "history": [
+                          {
+                            "at": "2026-11-26T09:30:01Z",
+                            "status": 204,
+                            "error": null
+                          }
+                        ]
                       }
                     ]
                   }
@@ -5690,7 +5697,8 @@ public enum EmbeddedOpenAPI {
                   "lastAttemptAt",
                   "lastStatus",
                   "lastError",
-                  "deliveredAt"
+                  "deliveredAt",
+                  "history"
                 ],
                 "properties": {
                   "endpoint": {
@@ -5745,6 +5753,40 @@ public enum EmbeddedOpenAPI {
                       "null"
                     ],
                     "format": "date-time"
+                  },
+                  "history": {
+                    "type": "array",
+                    "maxItems": 20,
+                    "description": "Every attempt, oldest first (the last 20).",
+                    "items": {
+                      "type": "object",
+                      "required": [
+                        "at",
+                        "status",
+                        "error"
+                      ],
+                      "additionalProperties": false,
+                      "properties": {
+                        "at": {
+                          "type": "string",
+                          "format": "date-time"
+                        },
+                        "status": {
+                          "type": [
+                            "integer",
+                            "null"
+                          ],
+                          "description": "The endpoint's HTTP status; `null` when it did not answer."
+                        },
+                        "error": {
+                          "type": [
+                            "string",
+                            "null"
+                          ],
+                          "description": "Why the attempt failed, in words; `null` when it delivered."
+                        }
+                      }
+                    }
                   }
                 },
                 "additionalProperties": false

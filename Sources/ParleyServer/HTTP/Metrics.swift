@@ -106,7 +106,7 @@ public final class Metrics: Sendable {
     }
 
     /// Values read when `/metrics` is rendered (pool, spool, caches): gauges, not counters.
-    public enum GaugeName: String, Sendable {
+    public enum GaugeName: String, Sendable, CaseIterable {
         case poolConnections = "parley_db_pool_connections"
         case poolWaiters = "parley_db_pool_waiters"
         case spoolBytes = "parley_spool_bytes"

@@ -249,11 +249,14 @@ public struct WebhookDeliveryState: Sendable, Equatable {
     /// Why the last attempt failed, in words (no body of the endpoint's answer).
     public var lastError: String?
     public var deliveredAt: Date?
+    /// The attempts, oldest first (the last 20).
+    public var history: [WebhookAttempt]
 
     public init(
         endpoint: String, status: Status, attempts: Int, nextAttemptAt: Date?, lastAttemptAt: Date?, lastStatus: Int?, lastError: String?,
-        deliveredAt: Date?
+        deliveredAt: Date?, history: [WebhookAttempt] = []
     ) {
+        self.history = history
         self.endpoint = endpoint
         self.status = status
         self.attempts = attempts
@@ -262,6 +265,20 @@ public struct WebhookDeliveryState: Sendable, Equatable {
         self.lastStatus = lastStatus
         self.lastError = lastError
         self.deliveredAt = deliveredAt
+    }
+}
+
+/// One attempt to deliver an event: when, the endpoint's HTTP status (nil: no answer), and why
+/// it failed in words (nil: delivered).
+public struct WebhookAttempt: Sendable, Equatable {
+    public var at: Date
+    public var status: Int?
+    public var error: String?
+
+    public init(at: Date, status: Int?, error: String?) {
+        self.at = at
+        self.status = status
+        self.error = error
     }
 }
 

@@ -116,7 +116,11 @@ public struct PostgresEvents: EventRepository {
             """
             UPDATE event_deliveries SET attempts = attempts + 1, last_attempt_at = now(), last_status = \(status), last_error = \(error),
                 locked_until = NULL, status = \(outcome), delivered_at = CASE WHEN \(delivered) THEN now() ELSE delivered_at END,
-                next_attempt_at = COALESCE(\(retryAt)::timestamptz, next_attempt_at)
+                next_attempt_at = COALESCE(\(retryAt)::timestamptz, next_attempt_at),
+                attempt_log = jsonb_path_query_array(
+                    attempt_log || jsonb_build_array(jsonb_build_object(
+                        'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), 'status', \(status)::int, 'error', \(error)::text)),
+                    '$[last - 19 to last]')
             WHERE event_id = \(eventID) AND endpoint = \(endpoint)
             """)
     }
@@ -135,7 +139,8 @@ public struct PostgresEvents: EventRepository {
         let ids = events.map { $0.id.uuidString.lowercased() }.joined(separator: ",")
         let deliveries = try await store.query(
             """
-            SELECT event_id, endpoint, status, attempts, next_attempt_at, last_attempt_at, last_status, last_error, delivered_at
+            SELECT event_id, endpoint, status, attempts, next_attempt_at, last_attempt_at, last_status, last_error, delivered_at,
+                attempt_log::text AS attempt_log
             FROM event_deliveries WHERE event_id = ANY (string_to_array(\(ids), ',')::uuid[]) ORDER BY endpoint
             """)
         var byEvent: [UUID: [WebhookDeliveryState]] = [:]
@@ -146,10 +151,20 @@ public struct PostgresEvents: EventRepository {
                     endpoint: try row.string("endpoint"), status: status, attempts: try row.int("attempts"),
                     nextAttemptAt: status == .pending ? try row.optionalDate("next_attempt_at") : nil,
                     lastAttemptAt: try row.optionalDate("last_attempt_at"), lastStatus: try row.optionalInt("last_status"),
-                    lastError: try row.optionalString("last_error"), deliveredAt: try row.optionalDate("delivered_at")))
+                    lastError: try row.optionalString("last_error"), deliveredAt: try row.optionalDate("delivered_at"),
+                    history: Self.attempts(try row.string("attempt_log"))))
         }
         for index in events.indices { events[index].deliveries = byEvent[events[index].id] ?? [] }
         return events
+    }
+
+    /// The attempt log as stored: `[{"at", "status", "error"}]`; what does not read is left out.
+    static func attempts(_ text: String) -> [WebhookAttempt] {
+        guard let entries = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [[String: Any]] else { return [] }
+        return entries.compactMap { entry in
+            guard let at = (entry["at"] as? String).flatMap({ try? Date($0, strategy: .iso8601) }) else { return nil }
+            return WebhookAttempt(at: at, status: (entry["status"] as? NSNumber)?.intValue, error: entry["error"] as? String)
+        }
     }
 
     public func redeliver(id: UUID) async throws -> Bool {
