@@ -182,6 +182,10 @@ import UpstreamSimulator
         let signature = WebhookSignature.signature(
             id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: Array(#"{"test": 2432232314}"#.utf8), secrets: [secret])
         #expect(signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        // Both readings of a secret the reference libraries accept: with `whsec_`, and without it
+        // (then also base64, as standardwebhooks decodes it); text that is not base64 is refused.
+        #expect(WebhookSignature.secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == secret)
+        #expect(WebhookSignature.secret("a-plain-text-secret-of-32-bytes!") == nil)
     }
 
     @Test func shortOrMissingSecretsAndUnknownEventsAreStartUpProblems() {
