@@ -74,6 +74,13 @@ private func pageLimit(_ query: Parameters) throws(InvalidInput) -> Int {
     return limit
 }
 
+/// A checked `cursor` as the position Parley handed out (in the audit or the event list); nil when absent.
+private func decodedCursor(_ cursor: String?) throws(InvalidInput) -> AuditCursor? {
+    guard let cursor else { return nil }
+    guard let decoded = AuditCursor(encoded: cursor) else { throw .cursor }
+    return decoded
+}
+
 extension RegistrationQuery {
     /// `?destination=&userHint=&issuer=&subject=&client=&limit=&cursor=`, checked in that order.
     init(_ query: Parameters) throws(InvalidInput) {
@@ -103,12 +110,7 @@ extension AuditQuery {
             guard let date = try? Date(since, strategy: .iso8601) else { throw .since }
             from = date
         }
-        var before: AuditCursor?
-        if let cursor {
-            guard let decoded = AuditCursor(encoded: cursor) else { throw .cursor }
-            before = decoded
-        }
-        self.init(since: from, limit: limit, before: before)
+        self.init(since: from, limit: limit, before: try decodedCursor(cursor))
     }
 }
 
@@ -126,12 +128,8 @@ extension EventQuery {
             registration = id
         }
         let limit = try pageLimit(query)
-        var before: AuditCursor?
-        if let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor") {
-            guard let decoded = AuditCursor(encoded: cursor) else { throw .cursor }
-            before = decoded
-        }
-        self.init(type: type, registrationID: registration, limit: limit, before: before)
+        let cursor = try InvalidInput.checkedText(query.get("cursor"), "cursor")
+        self.init(type: type, registrationID: registration, limit: limit, before: try decodedCursor(cursor))
     }
 }
 

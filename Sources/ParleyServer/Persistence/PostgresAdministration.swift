@@ -108,12 +108,10 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
             removed += Set(try jars.map { try $0.uuid("registration_id") }).count  // one per jar
             // Each named registration's event, in the same transaction as the removal (the outbox).
             try await connection.execute(
-                """
-                INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
-                SELECT gen_random_uuid(), \(LifecycleEventType.revoked.rawValue), id, destination, user_issuer, user_subject, user_verified,
-                    \(PostgresEvents.detailJSON(["by": "admin", "reason": "revocation"]))::jsonb
-                FROM registrations WHERE
-                """ + " " + Self.registrationCondition(filter))
+                PostgresEvents.inserting(
+                    LifecycleEvent(.revoked, detail: ["by": "admin", "reason": "revocation"]),
+                    columns: "id, destination, user_issuer, user_subject, user_verified",
+                    from: "registrations WHERE " + Self.registrationCondition(filter)))
             // … and every cached jar, manager and token of the named registrations.
             for id in named {
                 try await connection.execute(

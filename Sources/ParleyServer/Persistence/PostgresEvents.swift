@@ -16,31 +16,28 @@ public struct PostgresEvents: EventRepository {
         case flow
     }
 
-    static let registrationColumns = Source.registration
-    static let flowColumns = Source.flow
+    /// `INSERT INTO events … SELECT` one event per row of `rows`, whose `columns` give, in this order,
+    /// the registration id, destination, user issuer, subject and verified flag. The one place an
+    /// event row is written.
+    static func inserting(_ event: LifecycleEvent, columns: SQL, from rows: SQL) -> SQL {
+        """
+        INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
+        SELECT gen_random_uuid(), \(event.type.rawValue), \(columns), \(detailJSON(event.detail))::jsonb FROM \(rows)
+        """
+    }
 
     /// `change` (an `UPDATE` or `DELETE` of one row) and the event about it, in one statement: the
     /// event is inserted only for a row the change touched. The statement's count is the events'.
     static func writing(_ event: LifecycleEvent, with change: SQL, returning source: Source) -> SQL {
-        let detail = detailJSON(event.detail)
         switch source {
         case .registration:
-            return "WITH changed AS (" + change
-                + """
-                 RETURNING id, destination, user_issuer, user_subject, user_verified)
-                INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
-                SELECT gen_random_uuid(), \(event.type.rawValue), c.id, c.destination, c.user_issuer, c.user_subject, c.user_verified, \(detail)::jsonb
-                FROM changed c
-                """
+            return "WITH changed AS (" + change + " RETURNING id, destination, user_issuer, user_subject, user_verified) "
+                + inserting(event, columns: "c.id, c.destination, c.user_issuer, c.user_subject, c.user_verified", from: "changed c")
         case .flow:
-            return "WITH changed AS (" + change
-                + """
-                 RETURNING registration_id)
-                INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
-                SELECT gen_random_uuid(), \(event.type.rawValue), c.registration_id, r.destination, r.user_issuer, r.user_subject, r.user_verified,
-                    \(detail)::jsonb
-                FROM changed c LEFT JOIN registrations r ON r.id = c.registration_id
-                """
+            return "WITH changed AS (" + change + " RETURNING registration_id) "
+                + inserting(
+                    event, columns: "c.registration_id, r.destination, r.user_issuer, r.user_subject, r.user_verified",
+                    from: "changed c LEFT JOIN registrations r ON r.id = c.registration_id")
         }
     }
 
@@ -50,12 +47,9 @@ public struct PostgresEvents: EventRepository {
 
     public func append(_ event: LifecycleEvent, registrationID: UUID?, destination: String?) async throws {
         try await store.execute(
-            """
-            INSERT INTO events (id, type, registration_id, destination, user_issuer, user_subject, user_verified, detail)
-            SELECT gen_random_uuid(), \(event.type.rawValue), \(registrationID)::uuid, \(destination), r.user_issuer, r.user_subject, r.user_verified,
-                \(Self.detailJSON(event.detail))::jsonb
-            FROM (SELECT 1) one LEFT JOIN registrations r ON r.id = \(registrationID)::uuid
-            """)
+            Self.inserting(
+                event, columns: "\(registrationID)::uuid, \(destination), r.user_issuer, r.user_subject, r.user_verified",
+                from: "(SELECT 1) one LEFT JOIN registrations r ON r.id = \(registrationID)::uuid"))
     }
 
     public func fanOut(limit: Int, endpoints: @Sendable (String, String?) -> [String]) async throws -> Int {

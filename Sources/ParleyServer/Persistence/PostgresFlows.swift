@@ -78,6 +78,6 @@ public struct PostgresFlows: FlowRepository {
             WHERE id = \(id) AND status = \(FlowStatus.pending.rawValue)
             """
         guard let event else { return try await store.execute(update) > 0 }
-        return try await store.execute(PostgresEvents.writing(event, with: update, returning: PostgresEvents.flowColumns)) > 0
+        return try await store.execute(PostgresEvents.writing(event, with: update, returning: .flow)) > 0
     }
 }

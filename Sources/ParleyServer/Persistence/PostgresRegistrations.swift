@@ -116,7 +116,7 @@ public struct PostgresRegistrations: RegistrationRepository {
     public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID, event: LifecycleEvent?) async throws -> Bool {
         let update: SQL = "UPDATE registrations SET status = \(to.rawValue), updated_at = now() WHERE id = \(id) AND status = \(from.rawValue)"
         guard let event else { return try await store.execute(update) > 0 }
-        return try await store.execute(PostgresEvents.writing(event, with: update, returning: PostgresEvents.registrationColumns)) > 0
+        return try await store.execute(PostgresEvents.writing(event, with: update, returning: .registration)) > 0
     }
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws {
@@ -144,6 +144,6 @@ public struct PostgresRegistrations: RegistrationRepository {
     public func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool {
         let delete: SQL = "DELETE FROM registrations WHERE id = \(id)"
         guard let event else { return try await store.execute(delete) > 0 }
-        return try await store.execute(PostgresEvents.writing(event, with: delete, returning: PostgresEvents.registrationColumns)) > 0
+        return try await store.execute(PostgresEvents.writing(event, with: delete, returning: .registration)) > 0
     }
 }
