@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The demo: Parley with the upstream simulator behind five destinations (Basic + CSRF + SMP,
-# OAuth2 client credentials, OAuth2 authorization code, SAML2, Basic + OTP), then a short
-# walk-through with the real ports. Ctrl-C stops everything.
+# The demo: Parley with the upstream simulator behind eight destinations (Basic + CSRF + SMP,
+# OAuth2 client credentials, OAuth2 authorization code, SAML2, Basic + OTP, Basic typed on
+# Parley's own form, OAuth2 password grant, a client certificate), then a short walk-through
+# with the real ports that ends with administration (`parley admin`) and a key rotation
+# (`parley rekey`) against the running demo. Ctrl-C stops everything; SIGUSR1 restarts Parley
+# (with the key ring in the demo folder, when the demo's ring is used).
 #
 # When PARLEY_DATABASE_URL is unset, a local PostgreSQL is created and started in the demo
 # folder (as root: as the 'postgres' user, in /var/tmp/parley-demo-*). When
-# PARLEY_ENCRYPTION_KEYS is unset, a demo key ring is generated there and the script says so.
+# PARLEY_ENCRYPTION_KEYS is unset, a demo key ring is generated there and the script says so;
+# likewise an admin token when PARLEY_ADMIN_TOKENS is unset, and the demo CA, server and client
+# certificates of demo-cert (openssl; never used for anything else).
 #
 #   PARLEY_LISTEN               Parley's host:port (default 127.0.0.1:8080)
 #   PARLEY_DEMO_SIMULATOR_PORT  the simulator's port (default 8081)
+#   PARLEY_DEMO_TLS_PORT        the simulator's HTTPS port that requires a client certificate (default 8443)
 #   PARLEY_DEMO_PG_PORT         the local PostgreSQL's port (default 54329)
 #   PARLEY_DEMO_DIR             the demo folder: key ring, destinations, build log (default .local)
 #   PARLEY_BINARY, PARLEY_SIMULATOR_BINARY   run these binaries instead of building (the tests do)
@@ -35,6 +41,7 @@ parley_host="${parley_host%]}"
 case "$parley_host" in 0.0.0.0 | "") parley_host=127.0.0.1 ;; ::) parley_host=::1 ;; esac
 sim_port="${PARLEY_DEMO_SIMULATOR_PORT:-8081}"
 sim="http://127.0.0.1:$sim_port"
+tls_port="${PARLEY_DEMO_TLS_PORT:-8443}"
 public="${PARLEY_PUBLIC_URL:-http://$listen}"
 public="${public%/}"
 
@@ -76,6 +83,7 @@ check_ports() {
   local taken=""
   listening "$parley_host" "$parley_port" && taken+="  port $parley_port (Parley): set PARLEY_LISTEN, e.g. PARLEY_LISTEN=127.0.0.1:18080 make run"$'\n'
   listening 127.0.0.1 "$sim_port" && taken+="  port $sim_port (the upstream simulator): set PARLEY_DEMO_SIMULATOR_PORT, e.g. PARLEY_DEMO_SIMULATOR_PORT=18081 make run"$'\n'
+  listening 127.0.0.1 "$tls_port" && taken+="  port $tls_port (the simulator's client-certificate port): set PARLEY_DEMO_TLS_PORT, e.g. PARLEY_DEMO_TLS_PORT=18443 make run"$'\n'
   $local_pg && listening 127.0.0.1 "$pg_port" && taken+="  port $pg_port (the demo's PostgreSQL): set PARLEY_DEMO_PG_PORT, e.g. PARLEY_DEMO_PG_PORT=54330 make run"$'\n'
   [ -z "$taken" ] || die "a port the demo needs is taken (something already listens there; stop it or choose another port):"$'\n'"$taken"
 }
@@ -128,6 +136,8 @@ if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
   sim_bin="${sim_bin:-$bin/upstream-simulator}"
 fi
 check_ports  # again: the build took a while
+# Absolute: the walk-through puts the binary's folder on PATH for `parley admin` and `parley rekey`.
+parley_bin="$(cd "$(dirname "$parley_bin")" && pwd)/$(basename "$parley_bin")"
 
 # --- start ---------------------------------------------------------------------------------
 
@@ -157,12 +167,48 @@ if $local_pg; then
   export PARLEY_DATABASE_URL="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
 fi
 
+demo_ring=false
 if [ -z "${PARLEY_ENCRYPTION_KEYS:-}" ]; then
-  if [ ! -f "$state/demo-keys" ]; then
+  demo_ring=true
+  if [ ! -s "$state/demo-keys" ]; then
     (umask 077 && echo "demo:$(openssl rand -base64 32)" >"$state/demo-keys")
   fi
   say "PARLEY_ENCRYPTION_KEYS unset; using the generated demo key ring in $state/demo-keys (never for production)"
   export PARLEY_ENCRYPTION_KEYS="$(cat "$state/demo-keys")"
+fi
+# The walk-through's `parley rekey` reads the database from here (the file is the demo's, 0600).
+(umask 077 && printf '%s\n' "$PARLEY_DATABASE_URL" >"$state/database-url")
+
+demo_admin=false
+if [ -z "${PARLEY_ADMIN_TOKENS:-}" ]; then
+  demo_admin=true
+  if [ ! -s "$state/admin-token" ]; then
+    (umask 077 && openssl rand -base64 32 | tr '+/' '-_' | tr -d '=' >"$state/admin-token")
+  fi
+  say "PARLEY_ADMIN_TOKENS unset; using the generated demo admin token in $state/admin-token"
+  export PARLEY_ADMIN_TOKENS="$(cat "$state/admin-token")"
+fi
+
+# demo-cert's TLS: a demo CA, the simulator's server certificate (127.0.0.1, localhost) and the
+# client certificate Parley presents (PKCS#12, password "demo"); made once, kept in the demo folder.
+tls="$state/tls"
+if [ ! -s "$tls/client.p12" ]; then
+  say "making the demo CA and certificates of demo-cert in $tls"
+  rm -rf "$tls"
+  (
+    umask 077
+    mkdir -p "$tls"
+    cd "$tls"
+    ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.pem -days 3650 -subj "/CN=Parley demo CA"
+    openssl req "${ec[@]}" -keyout server.key -out server.csr -subj "/CN=localhost"
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 -out server.pem \
+      -extfile <(printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n')
+    openssl req "${ec[@]}" -keyout client.key -out client.csr -subj "/CN=parley-demo-client"
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 -out client.pem \
+      -extfile <(printf 'extendedKeyUsage=clientAuth\n')
+    openssl pkcs12 -export -inkey client.key -in client.pem -out client.p12 -passout pass:demo
+  ) 2>"$state/openssl.log" || { cat "$state/openssl.log" >&2; die "making the demo certificates failed"; }
 fi
 
 demo=false
@@ -213,36 +259,90 @@ destinations:
     url: $sim/basic-otp
     basic: {}
     otp: {}
+  # Basic typed by a person on Parley's own credentials form: the registration holds none.
+  - name: demo-form
+    url: $sim
+    displayName: Demo SMP
+    basic: { form: true }
+  # OAuth2 password grant: Parley obtains the token itself with the registration's credentials.
+  - name: demo-password
+    url: $sim/oauth-api
+    oauth2:
+      grant: password
+      tokenEndpoint: $sim/oauth/token
+      clientId: parley-confidential
+      clientSecret: s3cret
+  # A client certificate: the simulator's HTTPS port refuses a handshake without one issued by
+  # the demo CA (in $tls); Parley presents this PKCS#12 for every registration.
+  - name: demo-cert
+    url: https://127.0.0.1:$tls_port
+    clientCertificate: { pkcs12: "$(base64 -w0 "$tls/client.p12")", password: demo }
+    caCertificate: |
+$(sed 's/^/      /' "$tls/ca.pem")
 YAML
   export PARLEY_DESTINATIONS="$state/destinations.yaml"
 fi
 export PARLEY_LISTEN="$listen"
 
-# The identity provider accepts the ACS URL of demo-saml as Parley shows it to browsers.
-"$sim_bin" --host 127.0.0.1 --port "$sim_port" --acs-url "$public/web/demo-saml/saml/acs" &
-pids+=($!)
-"$parley_bin" serve &
-pids+=($!)
+# SIGUSR1 restarts Parley (below; not SIGHUP, which nohup makes ignored); the trap only sets this.
+restart_requested=false
+trap 'restart_requested=true' USR1
 
-# Ready when the simulator listens and Parley's /readyz says 200 (migrations applied).
-deadline=$((SECONDS + 90))
-until listening 127.0.0.1 "$sim_port" && [ "$(http_status "$parley_host" "$parley_port" /readyz)" = 200 ]; do
-  for p in "${pids[@]}"; do
-    kill -0 "$p" 2>/dev/null || die "the simulator or Parley stopped during start (see its lines above)"
+# The identity provider accepts the ACS URL of demo-saml as Parley shows it to browsers. The
+# client-certificate port serves demo-cert.
+"$sim_bin" --host 127.0.0.1 --port "$sim_port" --acs-url "$public/web/demo-saml/saml/acs" \
+  --tls-port "$tls_port" --tls-certificate "$tls/server.pem" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.pem" &
+sim_pid=$!
+pids+=("$sim_pid")
+start_parley() {
+  rm -f "$state/parley-ready"
+  "$parley_bin" serve &
+  parley_pid=$!
+  pids+=("$parley_pid")
+}
+# Ready when the simulator listens (both ports) and Parley's /readyz says 200 (migrations
+# applied); then $state/parley-ready exists (the walk-through's key rotation waits for it).
+wait_ready() {
+  local deadline=$((SECONDS + 90))
+  until listening 127.0.0.1 "$sim_port" && listening 127.0.0.1 "$tls_port" &&
+    [ "$(http_status "$parley_host" "$parley_port" /readyz)" = 200 ]; do
+    kill -0 "$sim_pid" 2>/dev/null && kill -0 "$parley_pid" 2>/dev/null ||
+      die "the simulator or Parley stopped during start (see its lines above)"
+    ((SECONDS < deadline)) || die "Parley was not ready on $listen within 90 s"
+    sleep 0.2
   done
-  ((SECONDS < deadline)) || die "Parley was not ready on $listen within 90 s"
-  sleep 0.2
-done
+  : >"$state/parley-ready"
+}
+# SIGUSR1: Parley stopped and started again, with the ring in demo-keys when the demo's ring is used.
+restart_parley() {
+  say "SIGUSR1: restarting Parley$($demo_ring && echo " with the key ring in $state/demo-keys")"
+  rm -f "$state/parley-ready"
+  kill "$parley_pid" 2>/dev/null || true
+  while kill -0 "$parley_pid" 2>/dev/null; do wait "$parley_pid" 2>/dev/null || true; done
+  pids=("$sim_pid")
+  if $demo_ring; then
+    PARLEY_ENCRYPTION_KEYS="$(cat "$state/demo-keys")"
+    export PARLEY_ENCRYPTION_KEYS
+  fi
+  start_parley
+  wait_ready
+  say "Parley restarted$($demo_ring && echo "; key ids in its ring: $(sed 's/:[^,]*//g' "$state/demo-keys")")"
+}
+start_parley
+wait_ready
 
 if $demo; then
   reg="curl -s -XPOST $public/v1/registrations -d"
   pick="| grep -o 'pct_[^\"]*')"
   auth='-H "Authorization: Bearer $T"'
   alice='"credentials":{"username":"alice","password":"wonderland"}'
+  bin_dir="$(dirname "$parley_bin")"
+  parley="$(basename "$parley_bin")"
+  if $demo_admin; then admin_token="\$(cat $state/admin-token)"; else admin_token="<one of your PARLEY_ADMIN_TOKENS>"; fi
   cat <<TEXT
 
 ──────────────────────────────────────────────────────────────────────────────
-Parley is ready on $public (simulator: $sim).
+Parley is ready on $public (simulator: $sim, and https://127.0.0.1:$tls_port with a client certificate).
 Demo destinations in ${PARLEY_DESTINATIONS#"$root/"}; user alice, password wonderland.
 In another terminal, paste a block: it registers, keeps the client token in T,
 then calls through Parley.
@@ -277,12 +377,58 @@ demo-otp: Basic, then a one-time passcode
   curl -s '$sim/control/otp/code?user=alice'
   #   When the page says "Signed in", run the call again.
 
+demo-form: Basic, typed by a person on Parley's own credentials form
+  T=\$($reg '{"destination":"demo-form"}' $pick
+  curl -s $public/v1/proxy/api/data $auth
+  # → 401 interaction_required. Open its flow.url in a browser, press "Continue"
+  #   and type alice / wonderland on Parley's form (a wrong password shows the form again
+  #   with an error); when the page says "Signed in", run the call again.
+
+demo-password: OAuth2 password grant (Parley gets the token with the registration's credentials)
+  T=\$($reg '{"destination":"demo-password",$alice}' $pick
+  curl -s $public/v1/proxy/hello $auth
+
+demo-cert: a client certificate (Parley presents the destination's PKCS#12 in the TLS handshake)
+  T=\$($reg '{"destination":"demo-cert"}' $pick
+  curl -s $public/v1/proxy/api/data $auth
+  # Without a certificate the simulator's HTTPS port refuses the handshake (curl error 56):
+  curl -sS --cacert $tls/ca.pem https://127.0.0.1:$tls_port/api/data
+
 Verified users: the file's identityProviders lists the simulator's demo identity
 provider; a registration that carries one of its tokens has a verified user.
   I=\$(curl -s -XPOST $sim/control/identity-token -d '{"sub":"alice","aud":"parley"}' | grep -o 'eyJ[^"]*')
   T=\$($reg '{"destination":"demo",$alice,"identityToken":"'"\$I"'"}' $pick
   curl -s $public/v1/registrations/me $auth
   # → "user":{"issuer":"$sim","subject":"alice","verified":true}
+
+Administration: \`parley admin\` calls the admin API of the running demo (docs/api.md).
+  export PATH="$bin_dir:\$PATH" PARLEY_URL=$public PARLEY_ADMIN_TOKEN=$admin_token
+  $parley admin registrations --destination demo-password
+  $parley admin revoke --destination demo-password
+  # → {"revoked":1,…}: demo-password's next call gets a new token with the password by itself.
+  $parley admin audit --limit 5
+TEXT
+  if $demo_ring; then
+    cat <<TEXT
+
+Key rotation: a new key first in the demo's ring, Parley restarted with it (SIGUSR1),
+every stored secret re-sealed under it, the old key dropped (docs/operations.md#key-rotation).
+  export PATH="$bin_dir:\$PATH" PARLEY_DATABASE_URL=\$(cat $state/database-url)
+  N=k\$(date +%s); echo "\$N:\$(openssl rand -base64 32),\$(cat $state/demo-keys)" > $state/demo-keys
+  rm $state/parley-ready; kill -USR1 $$; until [ -e $state/parley-ready ]; do sleep 0.2; done
+  PARLEY_ENCRYPTION_KEYS=\$(cat $state/demo-keys) $parley rekey
+  # → "no longer in use: <the old key id>": it can leave the ring.
+  echo "\$(cut -d, -f1 $state/demo-keys)" > $state/demo-keys
+  rm $state/parley-ready; kill -USR1 $$; until [ -e $state/parley-ready ]; do sleep 0.2; done
+TEXT
+  else
+    cat <<TEXT
+
+Key rotation: PARLEY_ENCRYPTION_KEYS is yours, so the demo shows none; see
+docs/operations.md#key-rotation for \`parley rekey\`.
+TEXT
+  fi
+  cat <<TEXT
 
 The flow URL is also in the 401's Parley-Flow header; a client waits for the
 flow with GET /v1/flows/{id}?wait=30. Ctrl-C stops everything. Parley's log follows.
@@ -292,8 +438,16 @@ else
   say "Parley is ready on $public with your destinations ($PARLEY_DESTINATIONS); the simulator is on $sim. Ctrl-C stops everything."
 fi
 
-set +e
-wait -n "${pids[@]}"
-status=$?
-set -e
-die "$( ((status == 0)) && echo "a process ended" || echo "a process ended with status $status"); stopping the demo"
+while :; do
+  if $restart_requested; then
+    restart_requested=false
+    restart_parley
+    continue
+  fi
+  set +e
+  wait -n "$sim_pid" "$parley_pid"
+  status=$?
+  set -e
+  # A SIGUSR1 ends the wait early (status > 128) and sets restart_requested.
+  $restart_requested || die "$( ((status == 0)) && echo "a process ended" || echo "a process ended with status $status"); stopping the demo"
+done

@@ -6,19 +6,23 @@ import Testing
 /// (`PARLEY_BINARY`, `PARLEY_SIMULATOR_BINARY`, so it does not build), its own PostgreSQL and
 /// demo folder on free ports. The walk-through it prints is run as printed: every block's curl
 /// lines in bash, and the interactive flows completed in headless Chromium on the simulator's
-/// pages, so neither the demo nor its instructions can rot.
+/// pages, so neither the demo nor its instructions can rot. The walk-through's administration
+/// (`parley admin`) and key rotation (`parley rekey`, with Parley restarted by SIGUSR1) run too.
 @Suite(.serialized) struct DemoScriptTests {
     static let script = packageRoot + "/scripts/run.sh"
-    static let destinations = ["demo", "demo-client", "demo-oauth", "demo-saml", "demo-otp"]
+    static let destinations = [
+        "demo", "demo-client", "demo-oauth", "demo-saml", "demo-otp", "demo-form", "demo-password", "demo-cert",
+    ]
 
     /// The script's environment: only what a newcomer would have, plus the binaries and ports.
-    static func environment(directory: String, simulatorPort: Int, postgresPort: Int) -> [String: String] {
+    static func environment(directory: String, simulatorPort: Int, postgresPort: Int, tlsPort: Int) -> [String: String] {
         [
             "PARLEY_BINARY": ParleyProcess.binaryPath(),
             "PARLEY_SIMULATOR_BINARY": ParleyProcess.binaryPath("upstream-simulator", variable: "PARLEY_SIMULATOR_BINARY"),
             "PARLEY_DEMO_DIR": directory,
             "PARLEY_DEMO_SIMULATOR_PORT": String(simulatorPort),
             "PARLEY_DEMO_PG_PORT": String(postgresPort),
+            "PARLEY_DEMO_TLS_PORT": String(tlsPort),
             "HOME": ProcessInfo.processInfo.environment["HOME"] ?? "/root",
         ]
     }
@@ -44,12 +48,20 @@ import Testing
         }
     }
 
-    /// Runs `script` in bash (at most 30 s) and returns its standard output.
-    static func shell(_ script: String) async throws -> String {
+    /// The commands of the walk-through's paragraph that starts with `head` (its indented lines).
+    static func paragraph(_ head: String, of output: String) throws -> [String] {
+        let walkThrough = try #require(output.components(separatedBy: "──────────").dropFirst().first { $0.contains("Parley is ready") })
+        let text = try #require(walkThrough.components(separatedBy: "\n\n").first { $0.hasPrefix(head) }, "no '\(head)' paragraph")
+        return text.split(separator: "\n").filter { $0.hasPrefix("  ") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.hasPrefix("#") }
+    }
+
+    /// Runs `script` in bash (at most `seconds`) and returns its standard output.
+    static func shell(_ script: String, seconds: Int = 30) async throws -> String {
         try await runOnOwnThread {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-            process.arguments = ["30", "/bin/bash", "-c", script]
+            process.arguments = [String(seconds), "/bin/bash", "-c", script]
             let output = Pipe()
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
@@ -91,12 +103,12 @@ import Testing
     }
 
     /// Starts the script as a terminal would: no signal blocked, TERM, INT and CHLD at their
-    /// defaults. Foundation's child inherits this test process's blocked signals (SIGCHLD among
+    /// defaults (and USR1, which restarts Parley). Foundation's child inherits this test process's blocked signals (SIGCHLD among
     /// them), and bash's `wait` and traps then never wake; perl (perl-base, always on Debian)
     /// clears them before it becomes bash. The child leads its process group, and the script's
     /// background jobs stay in that group.
     static func start(environment: [String: String], port: Int? = nil) async throws -> ParleyProcess {
-        let clean = #"use POSIX; sigprocmask(SIG_SETMASK, POSIX::SigSet->new) or die; $SIG{$_} = "DEFAULT" for qw(TERM INT CHLD); exec @ARGV or die"#
+        let clean = #"use POSIX; sigprocmask(SIG_SETMASK, POSIX::SigSet->new) or die; $SIG{$_} = "DEFAULT" for qw(TERM INT CHLD USR1); exec @ARGV or die"#
         return try await ParleyProcess.start(
             arguments: ["-e", clean, "/bin/bash", script], environment: environment, port: port,
             waitForReady: false, binary: "/usr/bin/perl", workingDirectory: packageRoot)
@@ -131,11 +143,14 @@ import Testing
         let simulatorPort = try FreePort.find()
         var postgresPort = try FreePort.find()
         while postgresPort == simulatorPort { postgresPort = try FreePort.find() }
-        let environment = Self.environment(directory: directory, simulatorPort: simulatorPort, postgresPort: postgresPort)
+        var tlsPort = try FreePort.find()
+        while tlsPort == simulatorPort || tlsPort == postgresPort { tlsPort = try FreePort.find() }
+        let environment = Self.environment(
+            directory: directory, simulatorPort: simulatorPort, postgresPort: postgresPort, tlsPort: tlsPort)
         let demo = try await Self.start(environment: environment)
         do {
             try await demo.waitForOutput("Parley's log follows.", timeout: .seconds(120))
-            try await exercise(demo, simulatorPort: simulatorPort, directory: directory)
+            try await exercise(demo, simulatorPort: simulatorPort, tlsPort: tlsPort, directory: directory)
         } catch {
             await Self.stop(demo, directory: directory)
             throw error
@@ -143,7 +158,7 @@ import Testing
         await Self.stop(demo, directory: directory)
     }
 
-    private func exercise(_ demo: ParleyProcess, simulatorPort: Int, directory: String) async throws {
+    private func exercise(_ demo: ParleyProcess, simulatorPort: Int, tlsPort: Int, directory: String) async throws {
         let output = demo.log
         let base = "http://127.0.0.1:\(demo.port)"
         let simulator = "http://127.0.0.1:\(simulatorPort)"
@@ -158,7 +173,9 @@ import Testing
         }
         #expect(configured == Self.destinations)
         #expect(output.contains(base + "/v1/registrations") && output.contains(simulator + "/control/otp/code"))
-        #expect(!output.contains(":8080") && !output.contains(":8081"), "the walk-through names a default port")
+        #expect(
+            !output.contains(":8080") && !output.contains(":8081") && !output.contains(":8443"),
+            "the walk-through names a default port")
 
         var tokens: [String: String] = [:]
         for block in blocks {
@@ -184,6 +201,21 @@ import Testing
         let hello = try await Self.call(client.calls[0], token: clientToken)
         #expect(hello["message"] as? String == "hello oauth" && hello["sub"] as? String == "parley-confidential", "\(hello)")
 
+        // The password grant: the token Parley got with the registration's credentials is alice's.
+        let (password, passwordToken) = try block("demo-password")
+        let granted = try await Self.call(password.calls[0], token: passwordToken)
+        #expect(granted["message"] as? String == "hello oauth" && granted["sub"] as? String == "alice", "\(granted)")
+
+        // The client certificate: through Parley the simulator's HTTPS port answers; without a
+        // certificate, as the block's last line shows, it refuses the handshake.
+        let (certificate, certificateToken) = try block("demo-cert")
+        let viaCertificate = try await Self.call(certificate.calls[0], token: certificateToken)
+        #expect(viaCertificate["via"] as? String == "client-certificate", "\(viaCertificate)")
+        let direct = try #require(certificate.calls.dropFirst().first, "demo-cert has no call without a certificate")
+        #expect(direct.contains("https://127.0.0.1:\(tlsPort)/"), "\(direct)")
+        let refused = try await Self.shell(direct + "\necho \"exit $?\"")
+        #expect(refused.hasPrefix("exit ") && refused != "exit 0\n", "without a certificate: \(refused)")
+
         // A verified user, as the walk-through's paragraph shows it: a token the simulator's demo
         // identity provider mints, listed in the demo's destinations file.
         let walkThrough = try #require(output.components(separatedBy: "──────────").dropFirst().first { $0.contains("Parley is ready") })
@@ -201,6 +233,8 @@ import Testing
         let (otp, otpToken) = try block("demo-otp")
         let otpFlow = try Self.flowURL(try await Self.call(otp.calls[0], token: otpToken), kind: "otp")
         let codeLine = try #require(otp.calls.first { $0.contains("/control/otp/code") })
+        let (form, formToken) = try block("demo-form")
+        let formFlow = try Self.flowURL(try await Self.call(form.calls[0], token: formToken), kind: "basic")
 
         try await ChromeDriver.withSession { browser in
             try await browser.openFlow(oauthFlow)
@@ -225,6 +259,17 @@ import Testing
             try await browser.sendKeys(code, to: try await browser.findElement(css: "input[name=passcode]"))
             try await browser.click(try await browser.findElement(css: "#submit"))
             try await Self.expectSignedIn(browser, flowURL: otpFlow)
+
+            // Parley's own credentials form: a wrong password shows it again with an error.
+            try await browser.openFlow(formFlow)
+            try await browser.sendKeys("alice", to: try await browser.findElement(css: "#username"))
+            try await browser.sendKeys("not-the-password", to: try await browser.findElement(css: "#password"))
+            try await browser.click(try await browser.findElement(css: "form button[type=submit]"))
+            _ = try await browser.findElement(css: "#error[role=alert]")
+            try await browser.sendKeys("alice", to: try await browser.findElement(css: "#username"))
+            try await browser.sendKeys("wonderland", to: try await browser.findElement(css: "#password"))
+            try await browser.click(try await browser.findElement(css: "form button[type=submit]"))
+            try await Self.expectSignedIn(browser, flowURL: formFlow)
         }
 
         // "Run the call again": each now reaches the upstream as the signed-in user.
@@ -238,6 +283,39 @@ import Testing
         #expect(afterSAML["user"] as? String == "alice" && afterSAML["via"] as? String == "saml", "\(afterSAML)")
         let afterOTP = try await Self.call(otp.calls[0], token: otpToken)
         #expect(afterOTP["user"] as? String == "alice" && afterOTP["via"] as? String == "basic-otp", "\(afterOTP)")
+        let afterForm = try await Self.call(form.calls[0], token: formToken)
+        #expect(afterForm["user"] as? String == "alice", "\(afterForm)")
+
+        // Administration, as printed: the password registration listed, its token revoked (the next
+        // call gets a new one by itself), the audit log showing the revocation.
+        let administration = try Self.paragraph("Administration:", of: output)
+        #expect(administration.contains { $0.hasPrefix("parley admin audit") }, "\(administration)")
+        let answers = try await Self.shell(administration.joined(separator: "\n")).split(separator: "\n")
+            .map { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+        #expect(answers.count == 3, "\(answers)")
+        let listed = answers.first.flatMap { $0?["items"] as? [[String: Any]] }
+        #expect(listed?.count == 1 && listed?.first?["destination"] as? String == "demo-password", "\(answers)")
+        #expect(answers.dropFirst().first.flatMap { $0?["revoked"] as? Int } == 1, "\(answers)")
+        let audit = answers.dropFirst(2).first.flatMap { $0?["items"] as? [[String: Any]] } ?? []
+        #expect(audit.contains { $0["action"] as? String == "admin.revocation" }, "\(audit)")
+        let regranted = try await Self.call(password.calls[0], token: passwordToken)
+        #expect(regranted["sub"] as? String == "alice", "after the revocation: \(regranted)")
+
+        // Key rotation, as printed: Parley restarted with a new key first, `parley rekey`, the old
+        // key dropped and Parley restarted again; every registration's secrets still open.
+        let rotation = try Self.paragraph("Key rotation:", of: output)
+        #expect(rotation.contains { $0.contains("parley rekey") }, "\(rotation)")
+        let report = try await Self.shell(rotation.joined(separator: "\n"), seconds: 200)
+        #expect(report.contains("no longer in use: demo"), "\(report)")
+        let ring = try String(contentsOfFile: directory + "/demo-keys", encoding: .utf8)
+        #expect(!ring.contains(",") && !ring.hasPrefix("demo:"), "the ring still has the old key")
+        #expect(demo.log.components(separatedBy: "Parley restarted").count == 3, "two restarts")
+        let rekeyedBasic = try await Self.call(basic.calls[0], token: basicToken)
+        #expect(rekeyedBasic["user"] as? String == "alice", "after the rotation: \(rekeyedBasic)")
+        let rekeyedForm = try await Self.call(form.calls[0], token: formToken)
+        #expect(rekeyedForm["user"] as? String == "alice", "after the rotation: \(rekeyedForm)")
+        let rekeyedOAuth = try await Self.call(oauth.calls[0], token: oauthToken)
+        #expect(rekeyedOAuth["sub"] as? String == "alice", "after the rotation: \(rekeyedOAuth)")
     }
 
     @Test func aTakenPortIsNamedWithTheVariableThatMovesIt() async throws {
@@ -246,7 +324,9 @@ import Testing
         let parleyPort = try LoopbackSocket(listening: true)
         let simulatorPort = try LoopbackSocket(listening: true)
         let postgresPort = try LoopbackSocket(listening: true)
-        let environment = Self.environment(directory: directory, simulatorPort: simulatorPort.port, postgresPort: postgresPort.port)
+        let tlsPort = try LoopbackSocket(listening: true)
+        let environment = Self.environment(
+            directory: directory, simulatorPort: simulatorPort.port, postgresPort: postgresPort.port, tlsPort: tlsPort.port)
         let demo = try await Self.start(environment: environment, port: parleyPort.port)
         let status = try await demo.waitForExit(timeout: .seconds(60))
         #expect(status != 0)
@@ -254,6 +334,7 @@ import Testing
         #expect(log.contains("port \(parleyPort.port) (Parley): set PARLEY_LISTEN"), "\(log)")
         #expect(log.contains("port \(simulatorPort.port) (the upstream simulator): set PARLEY_DEMO_SIMULATOR_PORT"), "\(log)")
         #expect(log.contains("port \(postgresPort.port) (the demo's PostgreSQL): set PARLEY_DEMO_PG_PORT"), "\(log)")
+        #expect(log.contains("port \(tlsPort.port) (the simulator's client-certificate port): set PARLEY_DEMO_TLS_PORT"), "\(log)")
         #expect(!FileManager.default.fileExists(atPath: directory + "/postgres"))
     }
 }
