@@ -44,6 +44,15 @@ public struct Destination: Sendable {
     public let stepUpRules: [StepUpRule]
     /// Where this destination's lifecycle events go (`webhooks`), besides the file's global ones.
     public let webhooks: [WebhookSubscription]
+    /// How Parley's pages look for this destination (`branding`); nil: Parley's own look.
+    public let branding: Branding?
+
+    /// A destination's look on Parley's pages: a logo file (read, size- and type-checked by the
+    /// server at start) and an accent colour (`#rrggbb`, lower case).
+    public struct Branding: Sendable, Equatable {
+        public let logo: String?
+        public let accent: String?
+    }
 
     public static let defaultMaxRequestBodyBytes: Int64 = 1 << 30
 
@@ -86,6 +95,7 @@ public struct Destination: Sendable {
         agentScopes = spec.registration?.scopes ?? []
         name = spec.name
         displayName = spec.displayName ?? spec.name
+        branding = spec.branding.map { Branding(logo: $0.logo, accent: $0.accent?.lowercased()) }
         self.baseURL = baseURL
         allowedReturnUrls = spec.allowedReturnUrls ?? []
         smp = spec.smp.map { SMPSettings(appId: $0.appId) }
@@ -220,6 +230,19 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public var stepUp: [StepUp]?
     /// Where this destination's lifecycle events go (besides the file's global `webhooks`).
     public var webhooks: [WebhookSpec]?
+    /// The destination's look on Parley's pages.
+    public var branding: Branding?
+
+    public struct Branding: Sendable, Decodable, Equatable {
+        /// The path of a PNG or JPEG file (at most `DestinationSpec.maxLogoBytes`).
+        public var logo: String?
+        /// `#rrggbb`.
+        public var accent: String?
+        public init(logo: String? = nil, accent: String? = nil) {
+            self.logo = logo
+            self.accent = accent
+        }
+    }
 
     public struct StepUp: Sendable, Decodable, Equatable {
         /// The methods the rule covers (default: every method).
@@ -413,6 +436,14 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
             && !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
     }
 
+    /// The largest logo file a destination's branding may name.
+    public static let maxLogoBytes = 256 * 1024
+
+    /// `#rrggbb` (hexadecimal digits of either case).
+    static func isColour(_ text: String) -> Bool {
+        text.utf8.count == 7 && text.hasPrefix("#") && Hex.decode(String(text.dropFirst()))?.count == 3
+    }
+
     /// Every problem of one destination, reported together.
     public struct Invalid: Error, CustomStringConvertible {
         public let problems: [String]
@@ -428,6 +459,12 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         }
         if let displayName, !Self.isDisplayName(displayName) {
             problems.append("\(label): displayName must be 1 to \(Self.maxDisplayNameLength) characters without control characters")
+        }
+        if let accent = branding?.accent, !Self.isColour(accent) {
+            problems.append("\(label): branding.accent must be a colour written #rrggbb")
+        }
+        if let logo = branding?.logo, !logo.hasPrefix("/") || logo.utf8.count > 4096 || logo.utf8.contains(0) {
+            problems.append("\(label): branding.logo must be an absolute file path")
         }
         let baseURL = url.hasSuffix("/") ? String(url.dropLast()) : url
         if let parts = URLParts(baseURL) {

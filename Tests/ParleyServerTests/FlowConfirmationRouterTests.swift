@@ -95,7 +95,7 @@ import Testing
 
     /// A registration (with what a client says about itself) and a proactive flow: (id, path of the flow URL).
     static func registrationWithFlow(
-        _ client: any TestClientProtocol, _ destination: String, kind: String, extra: [String: Any] = [:]
+        _ client: any TestClientProtocol, _ destination: String, kind: String, extra: [String: Any] = [:], prefix: String = publicURL
     ) async throws -> (String, String) {
         var registration: [String: Any] = [
             "destination": destination, "deviceType": "Android", "deviceModel": "Pixel <8>", "userHint": "alice@example.com",
@@ -110,7 +110,7 @@ import Testing
         ) { response in
             #expect(response.status == .created)
             let flow = RouterTests.json(response.body)
-            return (flow["id"] as? String ?? "", String((flow["url"] as? String ?? "").dropFirst(publicURL.count)))
+            return (flow["id"] as? String ?? "", String((flow["url"] as? String ?? "").dropFirst(prefix.count)))
         }
     }
 
@@ -179,7 +179,7 @@ import Testing
                         "<dd id=\"device-type\">Android</dd>", "<dd id=\"device-model\">Pixel &lt;8&gt;</dd>",
                         "<dd id=\"user-hint\">alice@example.com</dd>", "<dd id=\"age\">2 minutes ago</dd>",
                         "<form method=\"post\" action=\"/flows/\(id)/confirm\" data-parley-confirm>",
-                        "<button type=\"submit\">Continue to sign in to \(displayName)</button>", "data-parley-flow-kind=\"\(kind)\"",
+                        "<button type=\"submit\">Continue to \(displayName)</button>", "data-parley-flow-kind=\"\(kind)\"",
                     ] {
                         #expect(page.contains(expected), "\(expected)")
                     }
@@ -211,12 +211,15 @@ import Testing
 
     @Test func ageInWords() {
         let start = Date(timeIntervalSince1970: 1_800_000_000)
-        let cases: [(TimeInterval, String)] = [
-            (-5, "just now"), (0, "just now"), (59, "just now"), (60, "1 minute ago"), (150, "2 minutes ago"), (3599, "59 minutes ago"),
-            (3600, "1 hour ago"), (7300, "2 hours ago"), (86_400 * 3, "3 days ago"), (.infinity, "just now"),
+        let cases: [(TimeInterval, String, String)] = [
+            (-5, "just now", "gerade eben"), (0, "just now", "gerade eben"), (59, "just now", "gerade eben"), (60, "1 minute ago", "vor 1 Minute"),
+            (150, "2 minutes ago", "vor 2 Minuten"), (3599, "59 minutes ago", "vor 59 Minuten"), (3600, "1 hour ago", "vor 1 Stunde"),
+            (7300, "2 hours ago", "vor 2 Stunden"), (86_400 * 3, "3 days ago", "vor 3 Tagen"), (.infinity, "just now", "gerade eben"),
         ]
-        for (seconds, words) in cases {
-            #expect(FlowConfirmation.age(since: start, now: start.addingTimeInterval(seconds)) == words, "\(seconds)")
+        for (seconds, english, german) in cases {
+            let age = PageAge(since: start, now: start.addingTimeInterval(seconds))
+            #expect(PageCatalogs.embedded.age(age, .en) == english, "\(seconds)")
+            #expect(PageCatalogs.embedded.age(age, .de) == german, "\(seconds)")
         }
     }
 
@@ -381,7 +384,7 @@ import Testing
             let binding = try await Self.confirm(client, samlStart) { response in
                 #expect(response.status == .ok)
                 #expect(Self.onward(response) == "https://parley.example/web/sp/SAMLAuthLauncher")
-                #expect(String(buffer: response.body).contains("<a href=\"https://parley.example/web/sp/SAMLAuthLauncher\">"))
+                #expect(String(buffer: response.body).contains("<a class=\"button\" href=\"https://parley.example/web/sp/SAMLAuthLauncher\">"))
                 #expect(response.headers[.contentSecurityPolicy] == Page.securityHeaders[.contentSecurityPolicy])
                 let setCookie = response.headers[values: .setCookie].first { $0.hasPrefix("parley_flow=") } ?? ""
                 #expect(setCookie.hasPrefix("parley_flow=\(samlID).") && setCookie.contains("Path=/web/sp/"))

@@ -182,7 +182,8 @@ import Testing
         let router = Router(context: ParleyRequestContext.self)
         router.group("/web").add(middleware: HostedUpstreamAdmission(
             limits: RateLimits(settings: RateLimitSettings(), clock: TestClock(), metrics: metrics),
-            inFlight: InFlightLimits(perKey: 1, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight"))
+            inFlight: InFlightLimits(perKey: 1, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight"),
+            pages: Pages(destinations: [:], assets: PageAssets(destinations: []), publicURL: "http://127.0.0.1:8080"))
         ).get("{destination}") { _, _ -> Response in
             // Only the first request waits (so that a request let through answers at once).
             if calls.add(1, ordering: .relaxed).oldValue == 0 {

@@ -83,7 +83,7 @@ import Testing
             "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json", "GET /.well-known/jwks.json", "GET /.well-known/saml-metadata.xml",
             "GET /.well-known/oauth-protected-resource", "POST /v1/registrations", "GET /v1/registrations/me", "DELETE /v1/registrations/me", "PUT /v1/registrations/me/identity",
             "POST /v1/flows", "GET /v1/flows/{id}",
-            "GET /flows/{id}", "GET /flows/{id}/done", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
+            "GET /flows/{id}", "GET /flows/{id}/done", "GET /pages/{file}", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
             "POST /flows/{id}/credentials", "POST /flows/{id}/confirm",
             "GET /admin/v1/registrations", "GET /admin/v1/registrations/{id}", "DELETE /admin/v1/registrations/{id}",
             "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit", "GET /admin/v1/events",
@@ -371,13 +371,16 @@ import Testing
     // MARK: pieces the router relies on
 
     @Test func pagesEscapeWhatTheyShow() {
-        let text = Page.render(title: "<script>alert(1)</script>", message: "a & b \"c\"", attributes: ["data-x": "\"><img>"])
-        let response = Page.html(.ok, title: "t", message: "m")
+        let pages = Pages(destinations: [:], assets: PageAssets(destinations: []), publicURL: "http://127.0.0.1:8080")
+        let response = pages.document(
+            .message(.ok, title: "<script>alert(1)</script>", message: "a & b \"c\"", attributes: ["data-x": "\"><img>"]), language: .en)
+        let text = response.html
         #expect(!text.contains("<script>"))
         #expect(!text.contains("\"><img>"))
         #expect(text.contains("&lt;script&gt;"))
         #expect(text.contains("a &amp; b"))
         #expect(response.headers[.contentSecurityPolicy]?.contains("unsafe-inline") == false)
+        #expect(response.headers[.contentSecurityPolicy]?.contains("script-src") == false, "no script source is allowed")
     }
 
     @Test func embeddedMigrationsAreTheFilesInMigrations() throws {

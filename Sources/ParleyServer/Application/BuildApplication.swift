@@ -181,8 +181,13 @@ func compose(
     }
     let swept = spool.sweep()
     if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
+    let pages = Pages(
+        destinations: configuration.destinations,
+        assets: PageAssets(destinations: Array(configuration.destinations.values), logos: configuration.pageLogos),
+        publicURL: configuration.server.publicURL, webURL: binding.handover?.webURL)
     let hostedUpstream = HostedUpstreamController(
-        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange)
+        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange,
+        pages: pages)
 
     let controllers = Controllers(
         operations: OperationsController(
@@ -193,7 +198,7 @@ func compose(
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
-            confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL),
+            confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL), pages: pages,
             publicOrigin: URLParts(configuration.server.publicURL)?.origin,
             clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }),
         proxy: ProxyController(
@@ -211,7 +216,8 @@ func compose(
         hostedUpstreamAdmission: HostedUpstreamAdmission(
             limits: limits,
             inFlight: InFlightLimits(
-                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight")),
+                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight"),
+            pages: pages),
         adminAuthenticator: AdminAuthenticator(
             tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
         admin: AdminController(
@@ -222,8 +228,8 @@ func compose(
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes,
         webHandover: binding.handover.map {
-            WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations)
-        }, agents: agents)
+            WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
+        }, agents: agents, pageAssets: pages.assets)
 
     let routeTable = RouteTable()
     for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
@@ -236,7 +242,7 @@ func compose(
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
-    if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost)) }
+    if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost, pages: pages)) }
     addRoutes(to: router, controllers, clientTokens: clientTokens)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(

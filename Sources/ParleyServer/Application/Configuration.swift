@@ -27,6 +27,8 @@ public struct ParleyConfiguration: Sendable {
     public var housekeeping: Housekeeping
     /// Client connections to this instance: `PARLEY_MAX_CONNECTIONS`, `PARLEY_IDLE_TIMEOUT_SECONDS`.
     public var connections = Connections()
+    /// The destinations' logos (`branding.logo`), read and checked at start, by destination name.
+    var pageLogos: [String: PageLogo] = [:]
 
     /// Every problem with the configuration, one line each.
     public struct Invalid: Error, CustomStringConvertible {
@@ -90,6 +92,9 @@ public struct ParleyConfiguration: Sendable {
                 transport: transport, rateLimits: rateLimits, timeouts: timeouts, housekeeping: housekeeping,
                 identityProviders: file.identityProviders)
             configuration.connections = connections
+            let logos = PageAssets.readLogos(file.destinations)
+            logos.problems.forEach(settings.report)
+            configuration.pageLogos = logos.logos
             let resolved = WebhookEndpoint.resolve(file.webhooks, environment: ProcessInfo.processInfo.environment)
             resolved.problems.forEach(settings.report)
             configuration.webhooks = resolved.endpoints

@@ -20,6 +20,8 @@ struct Controllers: Sendable {
     var webHandover: WebHandoverController? = nil
     /// Agents' access tokens on `/v1`, and the challenge every `401` there carries.
     let agents: AgentAccess
+    /// The pages' stylesheet and logos.
+    let pageAssets: PageAssets
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -66,6 +68,7 @@ func addRoutes(
     router.get("/flows/{id}", use: c.flowPages.start)
     router.post("/flows/{id}/confirm", use: c.flowPages.confirm)
     router.get("/flows/{id}/done", use: c.flowPages.done)
+    router.get("/pages/{file}", use: c.pageAssets.serve)
     for route in c.flowRoutes {
         for method in route.methods { router.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
     }

@@ -2,8 +2,8 @@ import Conversation
 import Hummingbird
 
 /// Keeps the web origin (`PARLEY_WEB_PUBLIC_URL`) and Parley's own apart, by the request's
-/// host (`Host`, the authority): on the web origin's host only the web path (`/web/…`) and its
-/// hand-over (`/web-bind/…`) are served, so an upstream page there cannot reach Parley's API,
+/// host (`Host`, the authority): on the web origin's host only the web path (`/web/…`), its
+/// hand-over (`/web-bind/…`) and the pages' stylesheet and logos (`/pages/…`) are served, so an upstream page there cannot reach Parley's API,
 /// flow pages, callbacks or the Basic form same-origin; on any other host those two are not
 /// served, so the web path never runs on Parley's origin. Both refusals are `404`, as for a
 /// path that does not exist. Only composed when the web origin is configured.
@@ -12,15 +12,16 @@ struct WebOriginGuard: RouterMiddleware {
 
     /// The web origin's host, lower case, without port (IPv6 in brackets, as `URLParts` has it).
     let webHost: String
+    let pages: Pages
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let onWebHost = Self.host(of: request.head.authority) == webHost
         let path = request.uri.path
         let webPath = path == "/web" || path.hasPrefix("/web/") || path.hasPrefix("/web-bind/")
+        // The pages' stylesheet and logos are served on both hosts: pages on either link to them.
+        if path.hasPrefix("/pages/") { return try await next(request, context) }
         if onWebHost && !webPath { return Problem.notFound().render() }
-        if !onWebHost && webPath {
-            return Page.problem(.notFound("upstream pages are not served at this address; start the sign-in again in the app"))
-        }
+        if !onWebHost && webPath { return pages.notice(.notServedHere, for: request) }
         return try await next(request, context)
     }
 

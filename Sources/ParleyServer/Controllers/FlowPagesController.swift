@@ -19,21 +19,22 @@ struct FlowPagesController: Sendable {
     let registrations: any RegistrationRepository
     let conversations: Conversations
     let confirmation: FlowConfirmation
+    let pages: Pages
     /// Parley's own origin: a `sameOriginForm` post must come from it.
     let publicOrigin: String?
     /// The client's address from the peer and `X-Forwarded-For` (`RateLimits.clientAddress`).
     let clientAddress: @Sendable (_ peer: String?, _ forwardedFor: String?) -> String
 
     @Sendable func start(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Self.rendering {
+        await pages.guarding(request) {
             let access = try await flows.browserAccess(id: context.parameters.get("id"), secret: request.uri.queryParameters.get("k"))
             guard case .pending(let flow) = access, let secret = request.uri.queryParameters.get("k") else {
                 if case .answered(let page) = access { return page }
-                return .failure(.notFound("no such sign-in, or the link is not valid"))
+                return .notice(.linkNotValid)
             }
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
-            else { return .failure(.notFound("this flow cannot be started here")) }
+            else { return .notice(.cannotStart) }
             // Nothing leaves Parley on a GET of the flow URL until a person confirms: for a
             // registration without a verified user, and for one whose flow of this kind cannot
             // say who signed in (then the identity binding cannot protect it).
@@ -48,61 +49,53 @@ struct FlowPagesController: Sendable {
     /// with the flow's secret and the page's token (which must match this browser's cookie);
     /// then the flow goes on as its start page goes for a verified user.
     @Sendable func confirm(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Self.rendering {
-            guard Self.isSameOrigin(request, publicOrigin: publicOrigin) else {
-                return .failure(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
-            }
+        await pages.guarding(request) {
+            guard Self.isSameOrigin(request, publicOrigin: publicOrigin) else { return .notice(.formFromOtherPage) }
             let body = try await request.body.collect(upTo: Self.maxFormBytes)
             let input = FlowInput(id: context.parameters.get("id"), fields: PercentEncoding.decodeForm(String(buffer: body)) ?? [])
             let access = try await flows.browserAccess(id: input.id, secret: input.value("k"))
             guard case .pending(let flow) = access, let secret = input.value("k") else {
                 if case .answered(let page) = access { return page }
-                return .failure(.notFound("no such sign-in, or the link is not valid"))
+                return .notice(.linkNotValid)
             }
             let cookie = request.cookies[FlowConfirmation.cookieName]?.value
             guard confirmation.accepts(token: input.value("token"), cookie: cookie, flow: flow) else {
                 context.logger.info("flow confirmation refused: no valid page token", metadata: ["flow.id": .string(flow.idString)])
-                return .failure(Problem(.forbidden, .forbidden, "this confirmation is not valid; open the sign-in link again"))
+                return .notice(.confirmationNotValid)
             }
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
-            else { return .failure(.notFound("this flow cannot be started here")) }
+            else { return .notice(.cannotStart) }
             return try await handler.start(flow, secret: secret, registration: registration, destination: destination).answeringPost
         }
     }
 
     /// The end page; with an allowed `returnUrl`, a `303` back to the app.
     @Sendable func done(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await Self.rendering {
+        await pages.guarding(request) {
             guard let uuid = UUID(uuidString: context.parameters.get("id") ?? ""), let flow = try await flows.current(uuid) else {
-                return .failure(.notFound("no such flow"))
+                return .notice(.linkNotValid)
             }
-            if flow.status != .pending, let returnUrl = flow.returnUrl, let registration = try await registrations.find(id: flow.registrationID),
-                (try? conversations.destination(of: registration))?.allowsReturnURL(returnUrl) == true
-            {
+            let registration = try await registrations.find(id: flow.registrationID)
+            let destination = registration.flatMap { try? conversations.destination(of: $0) }
+            if flow.status != .pending, let returnUrl = flow.returnUrl, destination?.allowsReturnURL(returnUrl) == true {
                 let separator = returnUrl.contains("?") ? "&" : "?"
                 let query = PercentEncoding.encodeForm([("flow", flow.idString), ("status", flow.status.rawValue)])
                 return .redirect(returnUrl + separator + query)
             }
-            let (status, title, message): (HTTPResponse.Status, String, String) =
-                switch flow.status {
-                case .completed: (.ok, "Signed in", "You are signed in. You can close this page and return to the app.")
-                case .failed: (.forbidden, "Sign-in failed", "The sign-in did not succeed. Return to the app and try again.")
-                case .expired: (.gone, "Sign-in expired", "This sign-in link has expired. Return to the app and start again.")
-                case .pending: (.ok, "Sign-in in progress", "The sign-in has not finished yet.")
-                }
-            return .message(status, title: title, message: message, attributes: ["data-parley-flow-status": flow.status.rawValue])
+            return .finished(
+                FinishedPage(
+                    service: destination?.name, status: flow.status, reason: flow.error, age: PageAge(since: flow.createdAt, now: flows.clock.now),
+                    requester: registration.map { PageRequester($0, destination: destination) }))
         }
     }
 
     /// The handler that serves a kind's route: refuses a `sameOriginForm` post from another
     /// site, decodes the query (and a `POST`'s form body), and renders what the kind answers.
     func handler(for route: FlowRoute) -> @Sendable (Request, ParleyRequestContext) async throws -> Response {
-        { [publicOrigin, clientAddress] request, context in
-            await Self.rendering {
-                if route.sameOriginForm && !Self.isSameOrigin(request, publicOrigin: publicOrigin) {
-                    return .failure(Problem(.forbidden, .forbidden, "the form must be sent from its own page"))
-                }
+        { [publicOrigin, clientAddress, pages] request, context in
+            await pages.guarding(request) {
+                if route.sameOriginForm && !Self.isSameOrigin(request, publicOrigin: publicOrigin) { return .notice(.formFromOtherPage) }
                 var fields = PercentEncoding.decodeForm(request.uri.query ?? "") ?? []
                 if request.method == .post {
                     let body = try await request.body.collect(upTo: Self.maxFormBytes)
@@ -117,10 +110,5 @@ struct FlowPagesController: Sendable {
     /// Whether a form post comes from Parley's own page (`RequestSite`, the rule the web path shares).
     static func isSameOrigin(_ request: Request, publicOrigin: String?) -> Bool {
         RequestSite.isSameOrigin(request.headers, origin: publicOrigin)
-    }
-
-    /// Browser pages answer failures as HTML, not problem+json.
-    static func rendering(_ body: () async throws -> FlowPage) async -> Response {
-        await Page.guarding { try await body().response }
     }
 }

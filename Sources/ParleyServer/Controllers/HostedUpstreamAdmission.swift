@@ -10,6 +10,7 @@ struct HostedUpstreamAdmission: RouterMiddleware {
     typealias Context = ParleyRequestContext
     let limits: RateLimits
     let inFlight: InFlightLimits
+    let pages: Pages
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
@@ -18,9 +19,7 @@ struct HostedUpstreamAdmission: RouterMiddleware {
             try limits.check(limits.web, client, kind: "web")
             ticket = try inFlight.admit(key: client)
         } catch {
-            var page = Page.problem(error)
-            for field in error.headers { page.headers.append(field) }
-            return WebPathBox.boxed(page)
+            return WebPathBox.boxed(pages.problem(error, for: request))
         }
         var response = try await next(request, context)
         let body = response.body

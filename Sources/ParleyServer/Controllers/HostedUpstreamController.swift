@@ -24,25 +24,26 @@ struct HostedUpstreamController: Sendable {
     let registrations: any RegistrationRepository
     let conversations: Conversations
     let exchange: UpstreamExchange
+    let pages: Pages
 
     /// `ANY /web/{destination}/…`
     /// Every answer leaves in the web path's box (`WebPathBox`).
     @Sendable func handle(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        WebPathBox.boxed(await Page.guarding { try await forward(request, context: context) })
+        WebPathBox.boxed(await pages.guardingResponse(request) { try await forward(request, context: context) })
     }
 
     private func forward(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        if let refusal = WebPathBox.refusal(request, origin: binding.publicParts?.origin) { return Page.problem(refusal) }
+        if let refusal = WebPathBox.refusal(request, origin: binding.publicParts?.origin) { return pages.problem(refusal, for: request) }
         let name = context.parameters.get("destination") ?? ""
-        guard let destination = conversations.destinations[name] else { return Page.problem(.notFound("no such destination")) }
+        guard let destination = conversations.destinations[name] else { return pages.notice(.noSuchService, for: request) }
         let presented = HostedBinding.presented(in: request.headers[values: .cookie])
         if presented == .conflicting { return conflictingBindings(request) }
         guard let (flow, registration, kind) = try await boundFlow(presented, destination: destination) else {
-            return Page.problem(Problem(.forbidden, .forbidden, "no sign-in is in progress in this browser; start again in the app"))
+            return pages.notice(.noSignInHere, service: name, for: request)
         }
         switch flow.status {
         case .pending: break
-        case .expired: return Page.problem(Problem(.gone, .flowExpired, "this sign-in has expired; start again in the app"))
+        case .expired: return pages.response(.notice(.expired, service: name, age: PageAge(since: flow.createdAt, now: flows.clock.now)), for: request)
         case .completed, .failed: return finished(flow, destination: destination)
         }
         var outgoing = try exchange.outgoing(request, prefix: "/web/" + name, destination: destination)
@@ -70,7 +71,7 @@ struct HostedUpstreamController: Sendable {
             outgoing, body: body, declaredLength: declaredLength, limit: Self.maxBodyBytes,
             through: try conversations.browserManager(for: registration, flow: flow))
         guard case .response(var response) = result else {
-            return Page.problem(Problem(.badGateway, .upstreamUnavailable, "the upstream asked for a sign-in Parley cannot host here"))
+            return pages.notice(.cannotHost, service: name, for: request)
         }
         conversations.addressSpace(of: destination)?.mapLocationBack(in: &response)
         switch try await kind.answer(&response, requestURL: outgoing.url, flow: flow, destination: destination, logger: context.logger) {
@@ -102,7 +103,7 @@ struct HostedUpstreamController: Sendable {
     /// Two different bindings in one browser (one planted by a page): neither counts, and
     /// every binding this request could carry is removed, so the person can start again.
     private func conflictingBindings(_ request: Request) -> Response {
-        var response = Page.problem(Problem(.forbidden, .forbidden, "this browser holds more than one sign-in here; start again in the app"))
+        var response = pages.notice(.moreThanOneSignIn, for: request)
         let path = String(request.uri.string.prefix { $0 != "?" })
         for cookie in binding.clearingCookies(requestPath: path) { response.headers.append(HTTPField(name: .setCookie, value: cookie)) }
         return response

@@ -11,20 +11,19 @@ struct WebHandoverController: Sendable {
     let binding: HostedBinding
     let flows: FlowService
     let conversations: Conversations
-
-    static let refused = Problem(.forbidden, .forbidden, "this sign-in was not started in this browser; open the sign-in link again")
+    let pages: Pages
 
     /// `GET /web-bind/{destination}?flow={id}` (a nonce, then to Parley's origin) or `?t={ticket}`
     /// (the binding, then to the upstream's page), on the web origin.
     @Sendable func bind(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await FlowPagesController.rendering {
+        await pages.guarding(request) {
             let destination = context.parameters.get("destination") ?? ""
-            guard conversations.destinations[destination] != nil else { return .failure(.notFound("no such destination")) }
+            guard conversations.destinations[destination] != nil else { return .notice(.noSuchService) }
             if let ticket = request.uri.queryParameters.get("t") {
                 let nonce = request.cookies[handover.nonceCookie]?.value
                 guard let page = handover.redeem(ticket: ticket, nonce: nonce, destination: destination, binding: binding) else {
                     context.logger.info("web hand-over refused: the ticket is not this browser's, or too old")
-                    return .failure(Self.refused)
+                    return .notice(.notThisBrowser, service: destination)
                 }
                 return page
             }
@@ -35,15 +34,15 @@ struct WebHandoverController: Sendable {
     /// `GET /flows/{id}/bind?n={nonce hash}`, on Parley's origin: the ticket, for the browser that
     /// started the flow.
     @Sendable func ticket(_ request: Request, context: ParleyRequestContext) async throws -> Response {
-        await FlowPagesController.rendering {
+        await pages.guarding(request) {
             guard let id = UUID(uuidString: context.parameters.get("id") ?? ""), let flow = try await flows.current(id) else {
-                return .failure(.notFound("no such sign-in, or the link is not valid"))
+                return .notice(.linkNotValid)
             }
             guard flow.status == .pending else { return flows.done(flow) }
             let start = request.cookies[handover.startCookie]?.value
             guard let page = handover.ticket(flow: flow, startCookie: start, nonceHash: request.uri.queryParameters.get("n")) else {
                 context.logger.info("web hand-over refused: the flow was not started in this browser", metadata: ["flow.id": .string(flow.idString)])
-                return .failure(Self.refused)
+                return .notice(.notThisBrowser)
             }
             return page
         }

@@ -49,8 +49,8 @@ struct BasicFormFlow: FlowKindHandler {
     func scopeKey(for destination: Destination) -> String? { nil }
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
-        guard destination.basic?.form == true else { return .failure(.notFound("this flow cannot be started here")) }
-        return form(flow, secret: secret, destination: destination, error: nil)
+        guard destination.basic?.form == true else { return .notice(.cannotStart) }
+        return form(flow, secret: secret, registration: registration, destination: destination, error: nil)
     }
 
     func routes(_ kinds: FlowKinds) -> [FlowRoute] {
@@ -61,10 +61,13 @@ struct BasicFormFlow: FlowKindHandler {
         ]
     }
 
-    private func form(_ flow: FlowRecord, secret: String, destination: Destination, error: String?) -> FlowPage {
+    private func form(
+        _ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination, error: CredentialsForm.Error?
+    ) -> FlowPage {
         .credentialsForm(
-            destination: destination.displayName, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
-            error: error)
+            CredentialsForm(
+                service: destination.name, action: (URLParts(publicURL)?.path ?? "") + "/flows/\(flow.idString)/credentials", secret: secret,
+                error: error, requester: PageRequester(registration, destination: destination)))
     }
 
     /// `POST /flows/{id}/credentials` from the form (only from its own page: `sameOriginForm`).
@@ -73,17 +76,17 @@ struct BasicFormFlow: FlowKindHandler {
         let flow: FlowRecord
         switch try await flows.browserAccess(id: input.id, secret: value("k")) {
         case .pending(let pending) where pending.kind == .basic: flow = pending
-        case .pending: return .failure(.notFound("no such sign-in, or the link is not valid"))
+        case .pending: return .notice(.linkNotValid)
         case .answered(let page): return page
         }
         let secret = value("k") ?? ""
         guard let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration)
-        else { return .failure(.notFound("this flow cannot be continued here")) }
+        else { return .notice(.cannotStart) }
         guard let username = value("username"), let password = value("password"), Self.acceptable(username, isUser: true),
             Self.acceptable(password, isUser: false)
         else {
-            return form(flow, secret: secret, destination: destination, error: "Enter a user name (without ':') and a password.")
+            return form(flow, secret: secret, registration: registration, destination: destination, error: .incomplete)
         }
 
         // Who signs in here is the username the upstream accepts. A registration that has a
@@ -115,7 +118,7 @@ struct BasicFormFlow: FlowKindHandler {
             try await flows.finish(flow, status: .failed, error: "too_many_attempts", logger: logger)
             return flows.done(flow)
         }
-        return form(flow, secret: secret, destination: destination, error: "The user name or password was not accepted. Try again.")
+        return form(flow, secret: secret, registration: registration, destination: destination, error: .refused)
     }
 
     /// Tries the credentials where the challenge was met (the destination URL otherwise). What

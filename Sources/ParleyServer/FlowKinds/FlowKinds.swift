@@ -5,16 +5,21 @@ import HTTPTypes
 import Logging
 
 /// What a flow kind answers a browser with: a value, not an HTTP response. The pages'
-/// HTTP form (headers, templates, status) is `FlowPage.response`'s alone.
+/// HTTP form (headers, templates, status, language) is `Pages.response`'s alone.
 enum FlowPage: Sendable {
     /// Onward to `location` (`303` unless said otherwise), setting `cookies` (whole
     /// `Set-Cookie` values) on the way.
     case redirect(String, status: HTTPResponse.Status = .seeOther, cookies: [String] = [])
-    /// The Basic form's credentials page (`action` is where it posts; the password is never put back).
-    case credentialsForm(destination: String, action: String, secret: String, error: String?)
-    /// A page with a message; `attributes` become `data-…` attributes for tests and scripts.
+    /// The Basic form's credentials page (the password is never put back).
+    case credentialsForm(CredentialsForm)
+    /// How a flow ended (or that it has not yet): the done page.
+    case finished(FinishedPage)
+    /// Something went wrong that the person can do something about; `service` is the
+    /// destination's name and `age` how long ago the flow started, when they are known.
+    case notice(PageNotice, service: String? = nil, age: PageAge? = nil)
+    /// A page with a kind's own message (not localized); `attributes` become `data-…` attributes.
     case message(HTTPResponse.Status, title: String, message: String, attributes: [String: String])
-    /// A failure, shown as an HTML page with the problem's status and code.
+    /// A failure without a notice of its own, shown as an HTML page with the problem's status and code.
     case failure(Problem)
     /// Who asked for this sign-in, and one button that continues it (`FlowConfirmation`).
     case confirmation(ConfirmationPage, cookies: [String])

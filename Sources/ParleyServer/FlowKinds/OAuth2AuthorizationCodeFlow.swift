@@ -71,7 +71,7 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
         guard let settings = destination.oauth2, settings.grant == .authorizationCode, let endpoint = settings.authorizationEndpoint else {
-            return .failure(.notFound("this flow cannot be started here"))
+            return .notice(.cannotStart)
         }
         // Each opening of the start page mints a new `state` (the flow is filed under its hash)
         // and PKCE verifier; the last one opened is the one the callback accepts.
@@ -120,11 +120,11 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             let flow = try await flows.claim(callbackHash: SHA256.hash(Array(state.utf8)))
         else {
             logger.info("oauth2 callback refused: unknown or used state")
-            return .failure(.invalid("this sign-in answer is not valid, or it was used already"))
+            return .notice(.answerNotValid)
         }
         if flow.expiresAt <= clock.now {
             try await lifecycle.finish(flow, status: .expired, error: nil, logger: logger)
-            return .failure(Problem(.gone, .flowExpired, "this sign-in took too long; start again in the app"))
+            return .notice(.expired)
         }
         let done = lifecycle.done(flow)
         // RFC 9207 (mix-up defence): an authorization response that names its issuer must name

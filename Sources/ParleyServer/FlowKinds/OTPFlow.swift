@@ -36,7 +36,7 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
     func scopeKey(for destination: Destination) -> String? { nil }
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
-        guard destination.otp != nil, let form = flow.challengeURL else { return .failure(.notFound("this flow cannot be started here")) }
+        guard destination.otp != nil, let form = flow.challengeURL else { return .notice(.cannotStart) }
         return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: form)
     }
 
@@ -93,22 +93,22 @@ struct OTPFlow: HostedFlowKind, PasscodeAwaiting {
             let registration = try await registrations.find(id: flow.registrationID),
             let destination = try? conversations.destination(of: registration), let otp = destination.otp,
             hosted.publicLocation(forUpstream: form, destination: destination) != nil
-        else { return .failure(.notFound("no passcode is awaited for this sign-in")) }
+        else { return .notice(.passcodeNotAwaited) }
         guard let passcode = value("passcode"), !passcode.isEmpty, passcode.count <= Self.maxPasscodeLength,
             passcode.unicodeScalars.allSatisfy({ $0.properties.isAlphabetic || ("0"..."9").contains($0) })
-        else { return .failure(.invalid("the passcode is missing or not valid")) }
+        else { return .notice(.passcodeMissing) }
 
         let body = PercentEncoding.encodeForm([(otp.passcodeField, passcode)])
         let result = try await conversations.browserManager(for: registration, flow: flow).execute(
             UpstreamRequest(
                 method: "POST", url: form, headers: ["Content-Type": "application/x-www-form-urlencoded"], body: .bytes(Array(body.utf8))))
-        guard case .response(var response) = result else { return .failure(.invalid("the passcode was not accepted")) }
+        guard case .response(var response) = result else { return .notice(.passcodeRefused) }
         response.body.discard()
         // An upstream that answers in the browser's address space: its `Location` in its own.
         conversations.addressSpace(of: destination)?.mapLocationBack(in: &response)
         guard Self.isFinish(requestURL: form, response: response, settings: otp) == .complete else {
             logger.info("otp passcode refused upstream", metadata: ["flow.id": .string(flow.idString)])
-            return .failure(.invalid("the passcode was not accepted; try the next one"))
+            return .notice(.passcodeRefused)
         }
         try await flows.finish(flow, status: .completed, error: nil, logger: logger)
         return flows.done(flow)

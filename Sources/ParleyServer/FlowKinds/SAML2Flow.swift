@@ -51,7 +51,7 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
     func scopeKey(for destination: Destination) -> String? { nil }
 
     func start(_ flow: FlowRecord, secret: String, registration: RegistrationRecord, destination: Destination) async throws -> FlowPage {
-        guard let settings = destination.saml2 else { return .failure(.notFound("this flow cannot be started here")) }
+        guard let settings = destination.saml2 else { return .notice(.cannotStart) }
         return hosted.begin(flow, secret: secret, destination: destination, upstreamURL: destination.baseURL + settings.finishEndpoint)
     }
 

@@ -29,7 +29,7 @@ public enum EmbeddedOpenAPI {
             },
             {
               "name": "browser",
-              "description": "Pages, callbacks and the hosted upstream a person's browser opens during a flow."
+              "description": "Pages, callbacks and the hosted upstream a person's browser opens during a flow. Pages speak the browser's language (`Accept-Language`: English or German; English otherwise) and say so in `Content-Language`."
             },
             {
               "name": "operations",
@@ -2173,6 +2173,60 @@ public enum EmbeddedOpenAPI {
                         }
                       }
                     }
+                  }
+                }
+              }
+            },
+            "/pages/{file}": {
+              "get": {
+                "tags": [
+                  "browser"
+                ],
+                "operationId": "pageAsset",
+                "summary": "The pages' stylesheet and logos",
+                "description": "The one stylesheet of Parley's pages (`style-<hash>.css`: the base rules and one rule per destination with a `branding.accent`) and each destination's logo (`logo-<hash>.png|jpg`, from `branding.logo`). Each file is named by the first 16 hex digits of its SHA-256, so it is cached for a year and a change is a new name; pages link them below the public URL's path. Served on the web origin's host too.",
+                "security": [],
+                "parameters": [
+                  {
+                    "name": "file",
+                    "in": "path",
+                    "required": true,
+                    "schema": {
+                      "type": "string"
+                    },
+                    "description": "The file's name as a page links it."
+                  }
+                ],
+                "responses": {
+                  "200": {
+                    "description": "The file, with `Cache-Control: public, max-age=31536000, immutable` and `X-Content-Type-Options: nosniff`.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/css": {
+                        "schema": {
+                          "type": "string"
+                        }
+                      },
+                      "image/png": {
+                        "schema": {
+                          "type": "string",
+                          "contentEncoding": "binary"
+                        }
+                      },
+                      "image/jpeg": {
+                        "schema": {
+                          "type": "string",
+                          "contentEncoding": "binary"
+                        }
+                      }
+                    }
+                  },
+                  "404": {
+                    "$ref": "#/components/responses/NotFound"
                   }
                 }
               }

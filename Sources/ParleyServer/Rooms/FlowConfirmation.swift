@@ -50,9 +50,8 @@ struct FlowConfirmation: Sendable {
         let site = URLParts(publicURL)?.isSecure == true ? "; Secure" : ""
         let cookie = "\(Self.cookieName)=\(nonce); Path=\(action(flow)); Max-Age=\(lifetime); HttpOnly; SameSite=Strict\(site)"
         let page = ConfirmationPage(
-            destination: destination.displayName, kind: flow.kind.rawValue, deviceType: registration.deviceType,
-            deviceModel: registration.deviceModel, userHint: registration.userHint, age: Self.age(since: flow.createdAt, now: clock.now),
-            action: action(flow), secret: secret, token: token)
+            service: destination.name, kind: flow.kind.rawValue, requester: PageRequester(registration, destination: destination),
+            age: PageAge(since: flow.createdAt, now: clock.now), action: action(flow), secret: secret, token: token)
         return .confirmation(page, cookies: [cookie])
     }
 
@@ -63,29 +62,16 @@ struct FlowConfirmation: Sendable {
         else { return false }
         return constantTimeEquals(Array(nonce.utf8), Array(cookie.utf8))
     }
-
-    /// How long ago a flow started, in words ("just now", "2 minutes ago", "1 hour ago").
-    static func age(since start: Date, now: Date) -> String {
-        let seconds = now.timeIntervalSince(start)
-        guard seconds.isFinite, seconds >= 60 else { return "just now" }
-        func words(_ count: Int, _ unit: String) -> String { "\(count) \(unit)\(count == 1 ? "" : "s") ago" }
-        let minutes = Int(min(seconds, 1e9) / 60)
-        if minutes < 60 { return words(minutes, "minute") }
-        let hours = minutes / 60
-        return hours < 48 ? words(hours, "hour") : words(hours / 24, "day")
-    }
 }
 
 /// What the confirmation page shows and posts; every value is escaped by the template engine.
 struct ConfirmationPage: Sendable, Equatable {
-    /// The destination's `displayName`.
-    let destination: String
+    /// The destination's name (the page shows its `displayName`).
+    let service: String
     let kind: String
-    let deviceType: String?
-    let deviceModel: String?
-    let userHint: String?
-    /// How long ago the flow started, in words.
-    let age: String
+    let requester: PageRequester
+    /// How long ago the flow started.
+    let age: PageAge
     let action: String
     let secret: String
     let token: String

@@ -111,10 +111,10 @@ struct FlowService: Sendable {
     func browserAccess(id: String?, secret: String?) async throws -> BrowserAccess {
         guard let id = id.flatMap(UUID.init(uuidString:)), let secret, let flow = try await current(id),
             constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
-        else { return .answered(.failure(.notFound("no such sign-in, or the link is not valid"))) }
+        else { return .answered(.notice(.linkNotValid)) }
         switch flow.status {
         case .pending: return .pending(flow)
-        case .expired: return .answered(.failure(Problem(.gone, .flowExpired, "this sign-in link has expired; start again in the app")))
+        case .expired: return .answered(.notice(.expired, age: PageAge(since: flow.createdAt, now: clock.now)))
         case .completed, .failed: return .answered(done(flow))
         }
     }

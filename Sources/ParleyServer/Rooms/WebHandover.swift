@@ -83,7 +83,7 @@ struct WebHandover: Sendable {
 
     /// Step 2, on the web origin: a nonce for this browser, then back to Parley's origin.
     func nonce(flowID: String, destination: String) -> FlowPage {
-        guard let id = UUID(uuidString: flowID) else { return .failure(.notFound("no such sign-in, or the link is not valid")) }
+        guard let id = UUID(uuidString: flowID) else { return .notice(.linkNotValid) }
         let nonce = SecureRandom.token(byteCount: 32)
         let hash = Hex.encode(SHA256.hash(Array(nonce.utf8)))
         let cookie = Self.cookie(nonceCookie, nonce, url: webURL, maxAge: Self.cookieLifetime)
