@@ -20,6 +20,10 @@ if [ "${1:-}" = "--test" ]; then
   want+=(haproxy)
   # deploy/observability/alerts.yml is checked by promtool (Debian's prometheus package).
   want+=(prometheus)
+  # The container image built and run (scripts/image-check.sh): podman (rootful; it builds too),
+  # runc (Debian's crun refuses hybrid cgroup hosts), slirp4netns (the container reaches the host's
+  # loopback), debootstrap (the bookworm base, no registry needed).
+  want+=(podman runc slirp4netns debootstrap)
 fi
 
 missing=()

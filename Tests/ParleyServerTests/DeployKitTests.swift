@@ -6,7 +6,7 @@ import Testing
 /// parsed and linted, its runtime packages held against what the binary really links, its health
 /// check run against a live instance; the Kubernetes manifests validated against the Kubernetes
 /// API schemas (strict) and against each other; the balancer examples checked by nginx and HAProxy
-/// themselves. (The image itself is not built here: this machine has no container engine.)
+/// themselves. The image itself is built and run by ContainerImageLiveTests.
 @Suite(.serialized) struct DeployKitTests {
     static let deploy = packageRoot + "/deploy"
     static let tools = packageRoot + "/scripts/deploy-tools.sh"
