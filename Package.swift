@@ -125,16 +125,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .executableTarget(
-            name: "UpstreamSimulatorCLI",
-            dependencies: [
-                "UpstreamSimulator",
-                // --tls-port: the client-certificate listener of the demo's demo-cert destination.
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTLS", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            swiftSettings: swiftSettings),
+        .executableTarget(name: "UpstreamSimulatorCLI", dependencies: ["UpstreamSimulator"], swiftSettings: swiftSettings),
 
         // Fuzz targets for the parsers that see untrusted bytes (docs/fuzzing.md): one function
         // per parser, replayed over Tests/Fuzz by the tests and run by libFuzzer in scripts/fuzz.sh.

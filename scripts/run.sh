@@ -10,11 +10,13 @@
 # folder (as root: as the 'postgres' user, in /var/tmp/parley-demo-*). When
 # PARLEY_ENCRYPTION_KEYS is unset, a demo key ring is generated there and the script says so;
 # likewise an admin token when PARLEY_ADMIN_TOKENS is unset, and the demo CA, server and client
-# certificates of demo-cert (openssl; never used for anything else).
+# certificates of demo-cert (openssl; never used for anything else). demo-cert's HTTPS port is
+# nginx in front of the simulator, as a TLS terminator stands in front of a real SMP: it requires
+# a client certificate from the demo CA (its configuration, pid and logs are in the demo folder).
 #
 #   PARLEY_LISTEN               Parley's host:port (default 127.0.0.1:8080)
 #   PARLEY_DEMO_SIMULATOR_PORT  the simulator's port (default 8081)
-#   PARLEY_DEMO_TLS_PORT        the simulator's HTTPS port that requires a client certificate (default 8443)
+#   PARLEY_DEMO_TLS_PORT        nginx's HTTPS port in front of the simulator, requiring a client certificate (default 8443)
 #   PARLEY_DEMO_PG_PORT         the local PostgreSQL's port (default 54329)
 #   PARLEY_DEMO_DIR             the demo folder: key ring, destinations, build log (default .local)
 #   PARLEY_BINARY, PARLEY_SIMULATOR_BINARY   run these binaries instead of building (the tests do)
@@ -26,8 +28,12 @@ root="$PWD"
 say() { echo "parley demo: $*" >&2; }
 die() { say "$*"; exit 1; }
 
-scripts/install-deps.sh
+scripts/install-deps.sh --run
 command -v curl >/dev/null || say "note: the walk-through below uses curl, which is not installed (apt-get install curl)"
+# nginx terminates demo-cert's TLS (install-deps --run installs Debian's nginx); /usr/sbin is
+# not on every user's PATH.
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
+[ -x "$nginx_bin" ] || die "nginx is not installed (apt-get install nginx); it is demo-cert's TLS front"
 state="${PARLEY_DEMO_DIR:-$root/.local}"
 mkdir -p "$state"
 chmod 700 "$state"
@@ -83,7 +89,7 @@ check_ports() {
   local taken=""
   listening "$parley_host" "$parley_port" && taken+="  port $parley_port (Parley): set PARLEY_LISTEN, e.g. PARLEY_LISTEN=127.0.0.1:18080 make run"$'\n'
   listening 127.0.0.1 "$sim_port" && taken+="  port $sim_port (the upstream simulator): set PARLEY_DEMO_SIMULATOR_PORT, e.g. PARLEY_DEMO_SIMULATOR_PORT=18081 make run"$'\n'
-  listening 127.0.0.1 "$tls_port" && taken+="  port $tls_port (the simulator's client-certificate port): set PARLEY_DEMO_TLS_PORT, e.g. PARLEY_DEMO_TLS_PORT=18443 make run"$'\n'
+  listening 127.0.0.1 "$tls_port" && taken+="  port $tls_port (nginx, the client-certificate port in front of the simulator): set PARLEY_DEMO_TLS_PORT, e.g. PARLEY_DEMO_TLS_PORT=18443 make run"$'\n'
   $local_pg && listening 127.0.0.1 "$pg_port" && taken+="  port $pg_port (the demo's PostgreSQL): set PARLEY_DEMO_PG_PORT, e.g. PARLEY_DEMO_PG_PORT=54330 make run"$'\n'
   [ -z "$taken" ] || die "a port the demo needs is taken (something already listens there; stop it or choose another port):"$'\n'"$taken"
 }
@@ -189,8 +195,8 @@ if [ -z "${PARLEY_ADMIN_TOKENS:-}" ]; then
   export PARLEY_ADMIN_TOKENS="$(cat "$state/admin-token")"
 fi
 
-# demo-cert's TLS: a demo CA, the simulator's server certificate (127.0.0.1, localhost) and the
-# client certificate Parley presents (PKCS#12, password "demo"); made once, kept in the demo folder.
+# demo-cert's TLS: a demo CA, nginx's server certificate (127.0.0.1, localhost) and the client
+# certificate Parley presents (PKCS#12, password "demo"); made once, kept in the demo folder.
 tls="$state/tls"
 if [ ! -s "$tls/client.p12" ]; then
   say "making the demo CA and certificates of demo-cert in $tls"
@@ -272,8 +278,8 @@ destinations:
       tokenEndpoint: $sim/oauth/token
       clientId: parley-confidential
       clientSecret: s3cret
-  # A client certificate: the simulator's HTTPS port refuses a handshake without one issued by
-  # the demo CA (in $tls); Parley presents this PKCS#12 for every registration.
+  # A client certificate: nginx on this HTTPS port, in front of the simulator, refuses a client
+  # without one issued by the demo CA (in $tls); Parley presents this PKCS#12 for every registration.
   - name: demo-cert
     url: https://127.0.0.1:$tls_port
     clientCertificate: { pkcs12: "$(base64 -w0 "$tls/client.p12")", password: demo }
@@ -288,24 +294,83 @@ export PARLEY_LISTEN="$listen"
 restart_requested=false
 trap 'restart_requested=true' USR1
 
-# The identity provider accepts the ACS URL of demo-saml as Parley shows it to browsers. The
-# client-certificate port serves demo-cert.
-"$sim_bin" --host 127.0.0.1 --port "$sim_port" --acs-url "$public/web/demo-saml/saml/acs" \
-  --tls-port "$tls_port" --tls-certificate "$tls/server.pem" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.pem" &
+# The identity provider accepts the ACS URL of demo-saml as Parley shows it to browsers.
+"$sim_bin" --host 127.0.0.1 --port "$sim_port" --acs-url "$public/web/demo-saml/saml/acs" &
 sim_pid=$!
 pids+=("$sim_pid")
+
+# demo-cert's HTTPS port: nginx terminating TLS in front of the simulator, as in front of a real
+# SMP. It requires a client certificate from the demo CA: without one it closes the connection
+# unanswered (a 495/496 becomes 444), which is what a refused handshake looks like to a client.
+# The simulator sees X-Client-Verify and X-Client-Subject (its /echo shows them). Config, pid,
+# logs and temp files stay in $state/nginx; as root the workers stay root (not "nobody", who
+# could not read the demo folder).
+ngx="$state/nginx"
+mkdir -p "$ngx"/{client_body,proxy,fastcgi,uwsgi,scgi}
+ngx_user=""
+[ "$(id -u)" -ne 0 ] || ngx_user="user root;"
+cat >"$ngx/nginx.conf" <<NGINX
+# Written by scripts/run.sh: demo-cert's TLS front for the simulator on port $sim_port.
+$ngx_user
+daemon off;
+worker_processes 1;
+pid "$ngx/nginx.pid";
+error_log "$ngx/error.log" notice;
+events { worker_connections 512; }
+http {
+    access_log off;
+    client_body_temp_path "$ngx/client_body";
+    proxy_temp_path "$ngx/proxy";
+    fastcgi_temp_path "$ngx/fastcgi";
+    uwsgi_temp_path "$ngx/uwsgi";
+    scgi_temp_path "$ngx/scgi";
+    client_max_body_size 0;
+
+    server {
+        listen 127.0.0.1:$tls_port ssl;
+        server_name localhost;
+        ssl_certificate "$tls/server.pem";
+        ssl_certificate_key "$tls/server.key";
+        ssl_client_certificate "$tls/ca.pem";
+        ssl_verify_client on;
+        ssl_verify_depth 2;
+
+        error_page 495 496 = @refused;
+        location @refused { return 444; }
+
+        location / {
+            proxy_pass http://127.0.0.1:$sim_port;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$http_host;
+            proxy_set_header X-Client-Verify \$ssl_client_verify;
+            proxy_set_header X-Client-Subject \$ssl_client_s_dn;
+            proxy_request_buffering off;
+            proxy_buffering off;
+        }
+    }
+}
+NGINX
+"$nginx_bin" -p "$ngx/" -c "$ngx/nginx.conf" -e "$ngx/error.log" </dev/null &
+nginx_pid=$!
+pids+=("$nginx_pid")
+
 start_parley() {
   rm -f "$state/parley-ready"
   "$parley_bin" serve &
   parley_pid=$!
   pids+=("$parley_pid")
 }
-# Ready when the simulator listens (both ports) and Parley's /readyz says 200 (migrations
+# Ready when the simulator and nginx listen and Parley's /readyz says 200 (migrations
 # applied); then $state/parley-ready exists (the walk-through's key rotation waits for it).
 wait_ready() {
   local deadline=$((SECONDS + 90))
   until listening 127.0.0.1 "$sim_port" && listening 127.0.0.1 "$tls_port" &&
     [ "$(http_status "$parley_host" "$parley_port" /readyz)" = 200 ]; do
+    if ! kill -0 "$nginx_pid" 2>/dev/null; then
+      tail -5 "$ngx/error.log" >&2 2>/dev/null || true
+      die "nginx (demo-cert's TLS front) stopped during start (its log: $ngx/error.log)"
+    fi
     kill -0 "$sim_pid" 2>/dev/null && kill -0 "$parley_pid" 2>/dev/null ||
       die "the simulator or Parley stopped during start (see its lines above)"
     ((SECONDS < deadline)) || die "Parley was not ready on $listen within 90 s"
@@ -319,7 +384,7 @@ restart_parley() {
   rm -f "$state/parley-ready"
   kill "$parley_pid" 2>/dev/null || true
   while kill -0 "$parley_pid" 2>/dev/null; do wait "$parley_pid" 2>/dev/null || true; done
-  pids=("$sim_pid")
+  pids=("$sim_pid" "$nginx_pid")
   if $demo_ring; then
     PARLEY_ENCRYPTION_KEYS="$(cat "$state/demo-keys")"
     export PARLEY_ENCRYPTION_KEYS
@@ -342,7 +407,7 @@ if $demo; then
   cat <<TEXT
 
 ──────────────────────────────────────────────────────────────────────────────
-Parley is ready on $public (simulator: $sim, and https://127.0.0.1:$tls_port with a client certificate).
+Parley is ready on $public (simulator: $sim, and behind nginx on https://127.0.0.1:$tls_port with a client certificate).
 Demo destinations in ${PARLEY_DESTINATIONS#"$root/"}; user alice, password wonderland.
 In another terminal, paste a block: it registers, keeps the client token in T,
 then calls through Parley.
@@ -390,9 +455,11 @@ demo-password: OAuth2 password grant (Parley gets the token with the registratio
 
 demo-cert: a client certificate (Parley presents the destination's PKCS#12 in the TLS handshake)
   T=\$($reg '{"destination":"demo-cert"}' $pick
-  curl -s $public/v1/proxy/api/data $auth
-  # Without a certificate the simulator's HTTPS port refuses the handshake (curl error 56):
-  curl -sS --cacert $tls/ca.pem https://127.0.0.1:$tls_port/api/data
+  curl -s $public/v1/proxy/echo/hello $auth
+  # → the simulator's echo of the request nginx passed on, with "x-client-verify":["SUCCESS"]
+  #   and "x-client-subject":["CN=parley-demo-client"]: the certificate Parley presented.
+  # Without a certificate nginx closes the connection unanswered (curl error 52):
+  curl -sS --cacert $tls/ca.pem https://127.0.0.1:$tls_port/echo/hello
 
 Verified users: the file's identityProviders lists the simulator's demo identity
 provider; a registration that carries one of its tokens has a verified user.
@@ -445,7 +512,7 @@ while :; do
     continue
   fi
   set +e
-  wait -n "$sim_pid" "$parley_pid"
+  wait -n "$sim_pid" "$nginx_pid" "$parley_pid"
   status=$?
   set -e
   # A SIGUSR1 ends the wait early (status > 128) and sets restart_requested.
