@@ -269,6 +269,8 @@ destinations:
   - name: demo-form
     url: $sim
     displayName: Demo SMP
+    # How Parley's pages look for it (a PNG or JPEG logo file may be named too: branding.logo).
+    branding: { accent: "#00796b" }
     basic: { form: true }
   # OAuth2 password grant: Parley obtains the token itself with the registration's credentials.
   - name: demo-password
@@ -443,7 +445,7 @@ demo-otp: Basic, then a one-time passcode
   #   When the page says "Signed in", run the call again.
 
 demo-form: Basic, typed by a person on Parley's own credentials form
-  T=\$($reg '{"destination":"demo-form"}' $pick
+  T=\$($reg '{"destination":"demo-form","deviceType":"iPhone","deviceModel":"iPhone15,3"}' $pick
   curl -s $public/v1/proxy/api/data $auth
   # → 401 interaction_required. Open its flow.url in a browser, press "Continue"
   #   and type alice / wonderland on Parley's form (a wrong password shows the form again

@@ -213,6 +213,17 @@ def set_width(browser, width):
                             {"width": width, "height": 800 if width < 600 else 900, "deviceScaleFactor": 1, "mobile": width < 600})
 
 
+def save_full_page(browser, width, path):
+    """A screenshot of the whole page at this width: the viewport grown to the page's height."""
+    set_width(browser, width)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": max(800 if width < 600 else 900, int(height)), "deviceScaleFactor": 1,
+                             "mobile": width < 600})
+    browser.execute_script("return document.body.offsetHeight")  # the new layout, before the shot
+    return browser.save_screenshot(path)
+
+
 def serious(browser):
     """axe-core's violations of impact serious or critical on the current page, and all of its results."""
     axe = Axe(browser)
@@ -242,10 +253,7 @@ def check_page(tour, browser, page, ready_selector):
                   ok=overflow <= 0)
         if tour.screenshots:
             for name, width in WIDTHS.items():
-                set_width(browser, width)
-                path = os.path.join(tour.screenshots, f"{page}-{name}-{scheme}.png")
-                browser.execute_script("return document.body.offsetHeight")  # the new layout, before the shot
-                if browser.save_screenshot(path):
+                if save_full_page(browser, width, os.path.join(tour.screenshots, f"{page}-{name}-{scheme}.png")):
                     tour.shots += 1
         tour.checked.append(f"{page}/{scheme}")
     set_scheme(browser, "light")
@@ -412,9 +420,8 @@ def run(tour, demo, base, simulator):
         lang = browser.execute_script("return document.documentElement.lang")
         tour.step("the confirmation page with Accept-Language: de", f'<html lang="{lang}">', ok=lang == "de")
         if tour.screenshots:
-            set_width(browser, WIDTHS["phone"])
             set_scheme(browser, "light")
-            if browser.save_screenshot(os.path.join(tour.screenshots, "confirmation-phone-light-de.png")):
+            if save_full_page(browser, WIDTHS["phone"], os.path.join(tour.screenshots, "confirmation-phone-light-de.png")):
                 tour.shots += 1
     finally:
         browser.quit()

@@ -184,8 +184,18 @@ import Testing
 
         let script = try String(contentsOfFile: root + "/scripts/run.sh", encoding: .utf8)
         let heredoc = try #require(script.components(separatedBy: "<<YAML\n").dropFirst().first?.components(separatedBy: "\nYAML\n").first)
+        // The script fills in its ports and, for demo-cert, the PKCS#12 and CA it makes at start:
+        // every key is checked with stand-ins for those two, every other destination in full.
         let demo = heredoc.replacingOccurrences(of: "$sim_port", with: "8081").replacingOccurrences(of: "$sim", with: "http://127.0.0.1:8081")
-        #expect(try DestinationsDocument.readContents(demo).destinations.map(\.name) == ["demo", "demo-client", "demo-oauth", "demo-saml", "demo-otp"])
+            .replacingOccurrences(of: "$tls_port", with: "8443")
+            .replacingOccurrences(of: #"$(base64 -w0 "$tls/client.p12")"#, with: "cGtjczEy")
+            .replacingOccurrences(of: #"$(sed 's/^/      /' "$tls/ca.pem")"#, with: "      -----BEGIN CERTIFICATE-----")
+            .replacingOccurrences(of: "$tls", with: ".local/tls")
+        #expect(!demo.contains("$"), "a substitution of run.sh the test does not make: \(demo)")
+        let names = ["demo", "demo-client", "demo-oauth", "demo-saml", "demo-otp", "demo-form", "demo-password", "demo-cert"]
+        #expect(try DestinationsDocument.decodeContents(demo).destinations.map(\.name) == names)
+        let withoutCertificate = try #require(demo.components(separatedBy: "  - name: demo-cert").first)
+        #expect(try DestinationsDocument.readContents(withoutCertificate).destinations.map(\.name) == names.dropLast())
 
         let api = try String(contentsOfFile: root + "/docs/api.md", encoding: .utf8)
         let blocks = api.components(separatedBy: "```yaml\n").dropFirst().compactMap { $0.components(separatedBy: "```").first }

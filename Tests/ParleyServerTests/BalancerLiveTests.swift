@@ -194,8 +194,8 @@ import UpstreamSimulator
         #expect(flowURL.hasPrefix(publicURL + "/flows/\(flowID)?k="), "flow URLs carry the public prefix: \(flowURL)")
 
         // The thin client long-polls first (through nginx, so round robin sends it to the next
-        // instance); the browser's start page, its confirmation and the callback then take the
-        // three after it (the callback the long-poll's instance again).
+        // instance); the browser's start page, its stylesheet, its confirmation and the callback
+        // then take the instances after it.
         let polling = ContinuousClock.now
         async let waited = client.call("GET", "/v1/flows/\(flowID)?wait=30", token: token)
         try await ChromeDriver.withSession(arguments: ChromeDriver.defaultBrowserArguments + ["--ignore-certificate-errors"]) { browser in
@@ -236,9 +236,11 @@ import UpstreamSimulator
             page.count == 1 && confirmation.count == 1 && callback.count == 1 && poll.count == 1,
             "start page \(page), confirmation \(confirmation), callback \(callback), long-poll \(poll)")
         if let page = page.first, let confirmation = confirmation.first, let callback = callback.first, let poll = poll.first {
+            // Round robin also hands out the pages' stylesheet requests, so which step lands where
+            // shifts with them; what matters is that one browser's steps crossed instances, and
+            // that the flow finished on another instance than the one holding the long-poll.
             #expect(page != confirmation, "the start page and its confirmation hit the same instance")
-            #expect(confirmation != callback, "the confirmation and the callback hit the same instance")
-            #expect(poll != page && poll != confirmation, "the long-poll was answered by the instance of the page or its confirmation")
+            #expect(callback != poll, "the flow finished on the long-poll's own instance: no wake-up across instances was shown")
             print(
                 "[measured] balancer: start page on instance \(page), confirmation on \(confirmation), callback on \(callback), long-poll on \(poll)")
         }
