@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Parley builds, runs and tests with. Idempotent:
 # only missing packages are installed. Needs root (or sudo) when something is missing.
-# --run adds what `make run` needs, --test what the tests need (nginx among them).
+# --run adds what `make run` needs, --tour what `make tour` adds to it, --test what the tests
+# need (nginx and the tour's packages among them).
 set -euo pipefail
 
 want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev libxmlsec1-dev pkg-config curl openssl ca-certificates postgresql)
 # --run, for `make run` (scripts/run.sh): nginx terminates demo-cert's TLS in front of the
 # simulator. Not in the base list, which deploy/install.sh installs on servers.
 [ "${1:-}" != "--run" ] || want+=(nginx)
+# --tour, for `make tour` (scripts/tour.sh): the demo, driven in headless Chromium by Selenium
+# from a venv.
+[ "${1:-}" != "--tour" ] || want+=(nginx chromium chromium-driver python3-venv)
 if [ "${1:-}" = "--test" ]; then
   want+=(chromium chromium-driver nginx-light wrk)
   # The real SAML2 identity provider and service provider of the hosted-flow tests

@@ -6,25 +6,15 @@
 #   scripts/tour.sh --screenshots docs/screenshots
 #   PARLEY_BINARY=… PARLEY_SIMULATOR_BINARY=… scripts/tour.sh   # these binaries, no build
 #
-# Installs Chromium, its driver and python3-venv when missing (Debian), and Selenium with
+# Installs the demo's packages, Chromium, its driver and python3-venv when missing (Debian:
+# scripts/install-deps.sh --tour), and Selenium with
 # axe-selenium-python (scripts/tour-requirements.txt) into .local/tour. The demo runs on free
 # ports in a temporary folder (--demo-dir DIR to choose it). Exit status 0 only when every step
 # passed.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
-missing=()
-for p in chromium chromium-driver python3-venv; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "tour: installing ${missing[*]}" >&2
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+"$root/scripts/install-deps.sh" --tour
 
 source "$root/scripts/pinned-venv.sh"
 pinned_venv tour "$root/scripts/tour-requirements.txt"
