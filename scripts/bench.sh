@@ -4,10 +4,12 @@
 #   scripts/bench.sh          (or: make bench)
 #
 # Builds the release binaries, then starts — all on this machine, in one run — a
-# throwaway PostgreSQL, the upstream simulator, Parley and nginx, and measures:
-#   1. small GET /echo/bench: simulator direct vs nginx proxy_pass vs Parley /v1/proxy
-#      (wrk: throughput, p50, p99; ratios against the baselines of the same run),
+# throwaway PostgreSQL, the upstream simulator, Parley, nginx and HAProxy, and measures:
+#   1. small GET /echo/bench: simulator direct vs nginx proxy_pass vs HAProxy vs Parley
+#      /v1/proxy (wrk: throughput, p50, p99; ratios against the baselines of the same run),
 #      under load (32 connections) and one request at a time (1 connection);
+#      the load run again with a second load generator (h2load --h1), so that a ratio
+#      that depends on wrk alone shows up;
 #      plus Parley's /healthz and /v1/registrations/me to split its cost;
 #   2. Parley's resident memory during a 1 GiB proxied download;
 #   3. Parley's cold start to ready and its idle resident memory.
@@ -20,6 +22,7 @@
 #   BENCH_WARMUP (3s)                                                 before every run
 #   BENCH_DOWNLOAD_MIB (1024)                                         the memory run
 #   BENCH_SKIP_BUILD=1                                                use the existing release binaries
+#                                                                     (.build/release; swift is not run)
 #   BENCH_INTERNALS=0                                                 skip the package-benchmark table (Benchmarks/)
 #   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
 #                                                                     the top frames are printed at the end
@@ -53,7 +56,7 @@ cleanup() {
   local rc=$?
   set +e
   if [ "$rc" -ne 0 ] && [ -n "$tmp" ]; then
-    for log in "$tmp/parley.log" "$tmp/simulator.log" "$tmp/nginx/logs/error.log"; do
+    for log in "$tmp/parley.log" "$tmp/simulator.log" "$tmp/nginx/logs/error.log" "$tmp/haproxy/haproxy.log"; do
       [ -s "$log" ] && { echo "--- last lines of $(basename "$log")" >&2; tail -20 "$log" >&2; }
     done
     if [ -n "${parley_pid:-}" ] && ! kill -0 "$parley_pid" 2>/dev/null; then
@@ -91,20 +94,22 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 # ---------------------------------------------------------------- build
 scripts/install-deps.sh --test
 command -v swift >/dev/null || die "swift is not on PATH (Swift 6 toolchain needed)"
-for tool in wrk nginx curl openssl python3; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
+for tool in wrk h2load nginx haproxy curl openssl python3; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
 tmp="$(mktemp -d /tmp/parley-bench.XXXXXX)"
-if [ "${BENCH_SKIP_BUILD:-}" != "1" ]; then
+if [ "${BENCH_SKIP_BUILD:-}" = "1" ] && [ -x .build/release/parley ] && [ -x .build/release/upstream-simulator ]; then
+  bin="$root/.build/release"  # the default .build's release binaries, without asking swift
+elif [ "${BENCH_SKIP_BUILD:-}" != "1" ]; then
   say "bench: building release binaries (swift build -c release; several minutes on a cold .build)" >&2
   for product in parley upstream-simulator; do
     swift build -c release --product "$product" >"$tmp/build-$product.log" 2>&1 \
       || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --product $product"; }
   done
 fi
-bin="$(swift build -c release --show-bin-path)"
+[ -n "${bin:-}" ] || bin="$(swift build -c release --show-bin-path)"
 [ -x "$bin/parley" ] && [ -x "$bin/upstream-simulator" ] || die "release binaries missing in $bin"
 
 # ---------------------------------------------------------------- PostgreSQL (scripts/bench/common.sh)
-read -r pg_port sim_port nginx_port parley_port < <(free_ports 4)
+read -r pg_port sim_port nginx_port haproxy_port parley_port < <(free_ports 5)
 start_postgres "$tmp" "$pg_port"
 database_url="host=127.0.0.1 port=$pg_port user=parley dbname=postgres"
 PSQL="$pg_bin/psql -X -A -t -h 127.0.0.1 -p $pg_port -U parley -d postgres"
@@ -152,6 +157,40 @@ nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" 
 nginx_pid=$!
 pids+=("$nginx_pid")
 wait_http_200 "http://127.0.0.1:$nginx_port/echo/ready" 20 || { cat "$tmp/nginx/logs/error.log" >&2; die "nginx did not answer"; }
+
+# ---------------------------------------------------------------- HAProxy
+# A second reverse-proxy baseline, set up like nginx above: one thread (nginx has one
+# worker), keep-alive on both sides (`http-reuse always`: idle upstream connections are
+# shared between client connections, as nginx's keepalive pool is), the same static
+# Authorization header set on the way, no logging at all (no `log` line: nothing to syslog).
+mkdir -p "$tmp/haproxy"
+cat >"$tmp/haproxy/haproxy.cfg" <<HAPROXY
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 60s
+frontend bench
+    bind 127.0.0.1:$haproxy_port
+    maxconn 4096
+    default_backend simulator
+backend simulator
+    http-request set-header Authorization "Bearer static"
+    server simulator 127.0.0.1:$sim_port
+HAPROXY
+haproxy -c -q -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/check.log" 2>&1 \
+  || { cat "$tmp/haproxy/check.log" >&2; die "haproxy -c refused the benchmark's configuration"; }
+# -db: stay in the foreground (no daemon, no master process), so the pid is HAProxy's own.
+haproxy -db -f "$tmp/haproxy/haproxy.cfg" >"$tmp/haproxy/haproxy.log" 2>&1 &
+haproxy_pid=$!
+pids+=("$haproxy_pid")
+wait_http_200 "http://127.0.0.1:$haproxy_port/echo/ready" 20 || { cat "$tmp/haproxy/haproxy.log" >&2; die "HAProxy did not answer"; }
 
 # ---------------------------------------------------------------- Parley
 cat >"$tmp/destinations.yaml" <<YAML
@@ -238,6 +277,33 @@ children_ticks() {
 }
 
 
+haproxy_pids() { echo "$haproxy_pid" $(pgrep -P "$haproxy_pid" || true); }
+# measure_begin / measure_end NAME — CPU ticks of every role over one measured run: Parley,
+# the simulator, nginx, HAProxy, PostgreSQL, and the load generator (wrk or h2load, counted
+# as this shell's finished children once it has been waited for). measure_end sets
+# cpu_parley_NAME, cpu_sim_NAME, cpu_nginx_NAME, cpu_haproxy_NAME, cpu_pg_NAME, cpu_gen_NAME
+# and other_pct_NAME (the share of the machine's CPU used by anything else).
+measure_begin() {
+  read -r mb_busy mb_all < <(machine_ticks)
+  children_ticks >"$tmp/ticks"; mb_gen="$(cat "$tmp/ticks")"
+  mb_parley="$(cpu_ticks "$parley_pid")"; mb_sim="$(cpu_ticks "$sim_pid")"
+  mb_nginx="$(cpu_ticks $(nginx_pids))"; mb_haproxy="$(cpu_ticks $(haproxy_pids))"; mb_pg="$(cpu_ticks $(pg_pids))"
+}
+measure_end() {
+  local name="$1" m_busy2 m_all2 ours
+  printf -v "cpu_parley_$name" '%s' "$(( $(cpu_ticks "$parley_pid") - mb_parley ))"
+  printf -v "cpu_sim_$name" '%s' "$(( $(cpu_ticks "$sim_pid") - mb_sim ))"
+  printf -v "cpu_nginx_$name" '%s' "$(( $(cpu_ticks $(nginx_pids)) - mb_nginx ))"
+  printf -v "cpu_haproxy_$name" '%s' "$(( $(cpu_ticks $(haproxy_pids)) - mb_haproxy ))"
+  printf -v "cpu_pg_$name" '%s' "$(( $(cpu_ticks $(pg_pids)) - mb_pg ))"
+  children_ticks >"$tmp/ticks"
+  printf -v "cpu_gen_$name" '%s' "$(( $(cat "$tmp/ticks") - mb_gen ))"
+  read -r m_busy2 m_all2 < <(machine_ticks)
+  ours=$(( cpu_parley_$name + cpu_sim_$name + cpu_nginx_$name + cpu_haproxy_$name + cpu_pg_$name + cpu_gen_$name ))
+  printf -v "other_pct_$name" '%s' "$(awk -v o=$(( m_busy2 - mb_busy - ours )) -v all=$(( m_all2 - mb_all )) \
+    'BEGIN { v = all ? 100 * o / all : 0; if (v < 0) v = 0; printf "%.0f", v }')"
+}
+
 # run_wrk NAME URL [header] — wrk with $w_threads, $w_connections, $w_duration; sets rps_NAME, p50_NAME, p90_NAME, p99_NAME, req_NAME, CPU deltas and other_pct_NAME.
 run_wrk() {
   local name="$1" url="$2" header="${3:-}" out="$tmp/wrk-$1.txt" args=()
@@ -248,11 +314,7 @@ run_wrk() {
   # so the count is taken (for Parley only) after 11 s of quiet on both sides.
   local xact_before=0 xact_after=0 xact_query="SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'"
   if [ "$name" = parley_r1 ]; then sleep 11; xact_before="$(psql_value "$xact_query")"; fi
-  local c_parley c_sim c_nginx c_pg c_wrk m_busy m_all
-  read -r m_busy m_all < <(machine_ticks)
-  children_ticks >"$tmp/ticks"; c_wrk="$(cat "$tmp/ticks")"
-  c_parley="$(cpu_ticks "$parley_pid")"; c_sim="$(cpu_ticks "$sim_pid")"
-  c_nginx="$(cpu_ticks $(nginx_pids))"; c_pg="$(cpu_ticks $(pg_pids))"
+  measure_begin
   local perf_pid=""
   if [ "$name" = parley_r1 ] && [ "${BENCH_PROFILE:-}" = "1" ]; then
     # Samples Parley's threads (call graphs) for the length of the proxied run.
@@ -267,17 +329,7 @@ run_wrk() {
     || { cat "$out" >&2; die "wrk against $name"; }
   wait "$ss_pid" || true
   if [ -n "$perf_pid" ]; then wait "$perf_pid" || true; fi
-  printf -v "cpu_parley_$name" '%s' "$(( $(cpu_ticks "$parley_pid") - c_parley ))"
-  printf -v "cpu_sim_$name" '%s' "$(( $(cpu_ticks "$sim_pid") - c_sim ))"
-  printf -v "cpu_nginx_$name" '%s' "$(( $(cpu_ticks $(nginx_pids)) - c_nginx ))"
-  printf -v "cpu_pg_$name" '%s' "$(( $(cpu_ticks $(pg_pids)) - c_pg ))"
-  children_ticks >"$tmp/ticks"
-  printf -v "cpu_wrk_$name" '%s' "$(( $(cat "$tmp/ticks") - c_wrk ))"
-  local m_busy2 m_all2 ours
-  read -r m_busy2 m_all2 < <(machine_ticks)
-  ours=$(( cpu_parley_$name + cpu_sim_$name + cpu_nginx_$name + cpu_pg_$name + cpu_wrk_$name ))
-  printf -v "other_pct_$name" '%s' "$(awk -v o=$(( m_busy2 - m_busy - ours )) -v all=$(( m_all2 - m_all )) \
-    'BEGIN { v = all ? 100 * o / all : 0; if (v < 0) v = 0; printf "%.0f", v }')"
+  measure_end "$name"
   if [ "$name" = parley_r1 ]; then sleep 11; xact_after="$(psql_value "$xact_query")"; fi
   printf -v "xact_$name" '%s' "$(( xact_after - xact_before ))"
 
@@ -303,6 +355,41 @@ run_wrk() {
   printf -v "err_$name" '%s' "${errors:-}"
 }
 
+# run_h2load NAME URL [header] — the second load generator on the same load: h2load in
+# HTTP/1.1 mode (--h1: keep-alive, one request at a time per connection, as wrk), with
+# wrk's threads and connections, for $w_duration after a warm-up run of $warmup, as wrk
+# (a separate run, not h2load's --warm-up-time, so that the CPU deltas cover the measured
+# run only). h2load reports no percentiles: sets rps_NAME, mean_NAME, sd_NAME, max_NAME
+# (ms, its "time for request"), req_NAME (succeeded), failed_NAME (failed + errored +
+# timed out), the CPU deltas and other_pct_NAME.
+run_h2load() {
+  local name="$1" url="$2" header="${3:-}" out="$tmp/h2load-$1.txt" args=()
+  [ -n "$header" ] && args=(-H "$header")
+  h2load --h1 -t"$w_threads" -c"$w_connections" -D "$warmup" "${args[@]}" "$url" >"$tmp/h2load-$name-warmup.txt" 2>&1 \
+    || { cat "$tmp/h2load-$name-warmup.txt" >&2; die "h2load warm-up against $name"; }
+  measure_begin
+  h2load --h1 -t"$w_threads" -c"$w_connections" -D "$w_duration" "${args[@]}" "$url" >"$out" 2>&1 \
+    || { cat "$out" >&2; die "h2load against $name"; }
+  measure_end "$name"
+  local rps requests failed errored timedout s4 s5 mean sd max
+  rps="$(awk '/^finished in/ { print $4 }' "$out")"
+  read -r requests failed errored timedout < <(awk '/^requests:/ { print $8, $10, $12, $14 }' "$out")
+  read -r s4 s5 < <(awk '/^status codes:/ { print $7, $9 }' "$out")
+  read -r mean sd max < <(awk '/^time for request:/ { print $6, $7, $5 }' "$out")
+  [ -n "$rps" ] && [ -n "${requests:-}" ] && [ -n "${s5:-}" ] && [ -n "${max:-}" ] || { cat "$out" >&2; die "cannot parse the h2load output for $name"; }
+  [ "$requests" -gt 0 ] || { cat "$out" >&2; die "no requests succeeded against $name (h2load)"; }
+  if [ "$(( s4 + s5 ))" -ne 0 ]; then
+    cat "$out" >&2
+    die "$name: $(( s4 + s5 )) of the responses h2load counted were 4xx/5xx"
+  fi
+  printf -v "rps_$name" '%s' "$rps"
+  printf -v "mean_$name" '%s' "$(to_ms "$mean")"
+  printf -v "sd_$name" '%s' "$(to_ms "$sd")"
+  printf -v "max_$name" '%s' "$(to_ms "$max")"
+  printf -v "req_$name" '%s' "$requests"
+  printf -v "failed_$name" '%s' "$(( failed + errored + timedout ))"
+}
+
 # How busy the machine is with other work just before the load runs (our servers are idle now).
 cpu_busy_pct() {
   local a b
@@ -311,29 +398,38 @@ cpu_busy_pct() {
       -v i=$(( (b[4]+b[5]) - (a[4]+a[5]) )) 'BEGIN { printf "%.0f", (u + i) ? 100 * u / (u + i) : 0 }'
 }
 busy_before="$(cpu_busy_pct)"
-say "bench: load runs (wrk -t$threads -c$connections -d$duration --latency, after a $warmup warm-up each)" >&2
+say "bench: load runs (wrk -t$threads -c$connections -d$duration --latency, and h2load --h1 -t$threads -c$connections -D $duration, after a $warmup warm-up each)" >&2
 w_threads="$threads" w_connections="$connections" w_duration="$duration"
 # The machine's speed drifts between 10-second runs (a VM's neighbours; the same wrk work
-# costs 10-14 us a request from one run to the next), so the four compared paths run twice,
+# costs 10-14 us a request from one run to the next), so the compared paths run twice,
 # interleaved, and the faster run of each is the one reported (both are printed).
+# The headline paths are measured by a second load generator, h2load (HTTP/1.1), in the
+# same rounds, so both tools meet the same drift: a ratio that holds for wrk alone shows up.
 for round in 1 2; do
   run_wrk "direct_r$round" "http://127.0.0.1:$sim_port/echo/bench"
   run_wrk "nginx_r$round" "http://127.0.0.1:$nginx_port/echo/bench"
+  run_wrk "haproxy_r$round" "http://127.0.0.1:$haproxy_port/echo/bench"
   run_wrk "parley_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
   run_wrk "parleycc_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
+  run_h2load "h2direct_r$round" "http://127.0.0.1:$sim_port/echo/bench"
+  run_h2load "h2nginx_r$round" "http://127.0.0.1:$nginx_port/echo/bench"
+  run_h2load "h2haproxy_r$round" "http://127.0.0.1:$haproxy_port/echo/bench"
+  run_h2load "h2parley_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
 done
-# best_of NAME — the figures of the faster of NAME_r1 and NAME_r2, as NAME.
+# best_of NAME FIGURE… — the figures of the faster of NAME_r1 and NAME_r2, as NAME.
 best_of() {
   local name="$1" a="rps_${1}_r1" b="rps_${1}_r2" pick="${1}_r1" v src
-  awk -v x="${!b}" -v y="${!a}" 'BEGIN { exit !(x > y) }' && pick="${1}_r2"
-  for v in rps p50 p90 p99 req cpu_parley cpu_sim cpu_nginx cpu_pg cpu_wrk other_pct err; do
+  shift
+  awk -v x="${!b}" -v y="${!a}" 'BEGIN { exit !(x > y) }' && pick="${name}_r2"
+  for v in rps req cpu_parley cpu_sim cpu_nginx cpu_haproxy cpu_pg cpu_gen other_pct "$@"; do
     src="${v}_$pick"
     printf -v "${v}_$name" '%s' "${!src:-}"
   done
   cp "$tmp/conns-$pick.txt" "$tmp/conns-$name.txt" 2>/dev/null || true
   printf -v "rounds_$name" '%s' "${!a} / ${!b}"
 }
-for n in direct nginx parley parleycc; do best_of "$n"; done
+for n in direct nginx haproxy parley parleycc; do best_of "$n" p50 p90 p99 err; done
+for n in h2direct h2nginx h2haproxy h2parley; do best_of "$n" mean sd max failed; done
 xact_parley="$xact_parley_r1" xact_req_parley="$req_parley_r1"
 # Breakdown of Parley's own cost: the HTTP stack and middleware alone (/healthz: no
 # database, no upstream), then with the client-token lookup (/v1/registrations/me:
@@ -346,6 +442,7 @@ say "bench: single-connection latency runs (wrk -t1 -c1 -d$latency_duration)" >&
 w_threads=1 w_connections=1 w_duration="$latency_duration"
 run_wrk direct1 "http://127.0.0.1:$sim_port/echo/bench"
 run_wrk nginx1 "http://127.0.0.1:$nginx_port/echo/bench"
+run_wrk haproxy1 "http://127.0.0.1:$haproxy_port/echo/bench"
 run_wrk parley1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
 run_wrk parleycc1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
 run_wrk healthz1 "http://127.0.0.1:$parley_port/healthz"
@@ -464,6 +561,22 @@ verdict() { awk -v ok="$1" 'BEGIN { print (ok ? "met" : "MISSED") }'; }
 tp_parley_nginx="$(ratio "$rps_parley" "$rps_nginx")"
 tp_parley_direct="$(ratio "$rps_parley" "$rps_direct")"
 tp_nginx_direct="$(ratio "$rps_nginx" "$rps_direct")"
+tp_parley_haproxy="$(ratio "$rps_parley" "$rps_haproxy")"
+tp_haproxy_direct="$(ratio "$rps_haproxy" "$rps_direct")"
+tp_haproxy_nginx="$(ratio "$rps_haproxy" "$rps_nginx")"
+add_p99_haproxy="$(diff_ms "$p99_haproxy" "$p99_direct")"
+add_p50_haproxy="$(diff_ms "$p50_haproxy" "$p50_direct")"
+# The same ratios as h2load measured them (its runs of the same rounds, faster of two).
+h2_parley_nginx="$(ratio "$rps_h2parley" "$rps_h2nginx")"
+h2_parley_haproxy="$(ratio "$rps_h2parley" "$rps_h2haproxy")"
+h2_parley_direct="$(ratio "$rps_h2parley" "$rps_h2direct")"
+h2_nginx_direct="$(ratio "$rps_h2nginx" "$rps_h2direct")"
+h2_haproxy_direct="$(ratio "$rps_h2haproxy" "$rps_h2direct")"
+# How far apart the two tools put Parley against nginx: the larger ratio over the smaller,
+# minus one, in %, from the unrounded requests/s. Above 15 % the figure depends on the tool.
+gen_gap_pct="$(awk -v a="$rps_parley" -v b="$rps_nginx" -v c="$rps_h2parley" -v d="$rps_h2nginx" 'BEGIN {
+  w = a / b; h = c / d; hi = (w > h) ? w : h; lo = (w > h) ? h : w; printf "%.1f", 100 * (hi / lo - 1) }')"
+gen_verdict="$(awk -v g="$gen_gap_pct" 'BEGIN { print (g > 15) ? "DEPENDS ON THE LOAD GENERATOR" : "consistent (within 15 %)" }')"
 add_p99_parley="$(diff_ms "$p99_parley" "$p99_direct")"
 add_p99_nginx="$(diff_ms "$p99_nginx" "$p99_direct")"
 add_p99_parley1="$(diff_ms "$p99_parley1" "$p99_direct1")"
@@ -476,7 +589,7 @@ ul_mibps="$(awk -v s="$ul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
 ngul_mibps="$(awk -v s="$ngul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
 ul_growth_kib=$(( ul_rss_peak_kib - ul_rss_before_kib ))
 conns() { [ -s "$tmp/conns-$1.txt" ] && grep -c "\"$2" "$tmp/conns-$1.txt" || echo 0; }
-conns_nginx="$(conns nginx nginx)"; conns_parley="$(conns parley parley)"; conns_parleycc="$(conns parleycc parley)"
+conns_nginx="$(conns nginx nginx)"; conns_haproxy="$(conns haproxy haproxy)"; conns_parley="$(conns parley parley)"; conns_parleycc="$(conns parleycc parley)"
 cpu_us() { per_req_us "$(eval echo "\$cpu_$1_$2")" "$(eval echo "\$req_$2")"; }
 add_p50_parley1="$(diff_ms "$p50_parley1" "$p50_direct1")"
 add_p50_parleycc1="$(diff_ms "$p50_parleycc1" "$p50_direct1")"
@@ -489,26 +602,28 @@ say "================ Parley benchmark ================"
 say "date:      $(date -u '+%Y-%m-%d %H:%M UTC')"
 say "machine:   $(nproc) cores ($(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)"
 say "commit:    $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- Sources 2>/dev/null || echo ' (+ uncommitted changes in Sources)')"
-say "tools:     $(wrk -v 2>&1 | head -1 | awk '{print "wrk", $2}'), $(nginx -v 2>&1 | sed 's/.*: //'), PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}'), $(swift --version 2>/dev/null | head -1 | sed 's/ (.*//')"
+say "tools:     $(wrk -v 2>&1 | head -1 | awk '{print "wrk", $2}'), h2load $(h2load --version 2>&1 | head -1 | awk '{print $2}'), $(nginx -v 2>&1 | sed 's/.*: //'), HAProxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'), PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}'), $(swift --version 2>/dev/null | head -1 | sed 's/ (.*//')"
 say "other work: the machine was ${busy_before}% busy (2 s sample) just before the load runs, with our servers idle"
 inherited="$(env | awk -F= '/^PARLEY_/ && $1 !~ /^PARLEY_(DATABASE_URL|ENCRYPTION_KEYS|DESTINATIONS|MIGRATIONS_DIR|LOG_LEVEL|LISTEN)$/ {
   print ($1 ~ /TOKEN|KEY|SECRET|PASSWORD|URL/) ? $1 "=(set)" : $0 }' | sort | tr '\n' ' ')"
 say "parley:    PARLEY_LOG_LEVEL=warning, no auth blocks on the destination${inherited:+; inherited from the environment: $inherited}"
-say "NOTE:      wrk, Parley, the simulator, nginx and PostgreSQL share these $(nproc) cores;"
+say "NOTE:      wrk (or h2load), Parley, the simulator, nginx, HAProxy and PostgreSQL share these $(nproc) cores;"
 say "           every figure below includes that contention (the load generator competes with the server)."
 say ""
 say "-- small GET /echo/bench, wrk -t$threads -c$connections -d$duration (keep-alive) --"
 header_row
 row "simulator direct" direct
 row "nginx proxy_pass -> simulator" nginx
+row "HAProxy -> simulator" haproxy
 row "Parley /v1/proxy -> simulator" parley
 row "Parley, client-credentials token" parleycc
-for n in direct nginx parley parleycc; do
+for n in direct nginx haproxy parley parleycc; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
 say "(each path ran twice, interleaved; the faster run is shown. requests/s of both rounds: direct $rounds_direct,"
-say " nginx $rounds_nginx, Parley $rounds_parley, Parley with token $rounds_parleycc)"
+say " nginx $rounds_nginx, HAProxy $rounds_haproxy, Parley $rounds_parley, Parley with token $rounds_parleycc)"
+say "(nginx: 1 worker, upstream keepalive 64; HAProxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'): nbthread 1, http-reuse always, no logging)"
 say "('other %': share of the machine's CPU time during that run used by processes outside this benchmark;"
 say " above a few % the run was disturbed by other work)"
 say "all responses 2xx (wrk 'Non-2xx or 3xx responses' absent or 0) on every path"
@@ -517,42 +632,62 @@ say "-- the same GET one request at a time, wrk -t1 -c1 -d$latency_duration (no 
 header_row
 row "simulator direct" direct1
 row "nginx proxy_pass -> simulator" nginx1
+row "HAProxy -> simulator" haproxy1
 row "Parley /v1/proxy -> simulator" parley1
 row "Parley, client-credentials token" parleycc1
 row "Parley GET /healthz (no DB)" healthz1
 row "Parley GET /v1/registrations/me" me1
-say "added p50 at 1 connection: parley - direct = $(diff_ms "$p50_parley1" "$p50_direct1") ms, nginx - direct = $(diff_ms "$p50_nginx1" "$p50_direct1") ms"
-say "added p99 at 1 connection: parley - direct = $add_p99_parley1 ms, nginx - direct = $(diff_ms "$p99_nginx1" "$p99_direct1") ms"
+say "added p50 at 1 connection: parley - direct = $(diff_ms "$p50_parley1" "$p50_direct1") ms, nginx - direct = $(diff_ms "$p50_nginx1" "$p50_direct1") ms, haproxy - direct = $(diff_ms "$p50_haproxy1" "$p50_direct1") ms"
+say "added p99 at 1 connection: parley - direct = $add_p99_parley1 ms, nginx - direct = $(diff_ms "$p99_nginx1" "$p99_direct1") ms, haproxy - direct = $(diff_ms "$p99_haproxy1" "$p99_direct1") ms"
 say "(a 1-connection p99 rests on a few thousand requests and is easily moved by other work on the machine)"
 say ""
 say "Parley breakdown (same wrk settings as the load runs; no upstream involved):"
 row "Parley GET /healthz (no DB)" healthz
 row "Parley GET /v1/registrations/me" me
-for n in healthz me direct1 nginx1 parley1 parleycc1 healthz1 me1; do
+for n in healthz me direct1 nginx1 haproxy1 parley1 parleycc1 healthz1 me1; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
 say ""
-say "throughput   parley/nginx  = $tp_parley_nginx"
-say "throughput   parley/direct = $tp_parley_direct"
-say "throughput   nginx/direct  = $tp_nginx_direct"
-say "added p50    parley - direct = $add_p50_parley ms, nginx - direct = $add_p50_nginx ms"
-say "added p99    parley - direct = $add_p99_parley ms, nginx - direct = $add_p99_nginx ms"
+say "throughput   parley/nginx   = $tp_parley_nginx"
+say "throughput   parley/haproxy = $tp_parley_haproxy"
+say "throughput   parley/direct  = $tp_parley_direct"
+say "throughput   nginx/direct   = $tp_nginx_direct"
+say "throughput   haproxy/direct = $tp_haproxy_direct"
+say "added p50    parley - direct = $add_p50_parley ms, nginx - direct = $add_p50_nginx ms, haproxy - direct = $add_p50_haproxy ms"
+say "added p99    parley - direct = $add_p99_parley ms, nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
 say "(wrk keeps $connections requests in flight, so under load latency is about connections / throughput:"
 say " $connections / $rps_parley = $(awk -v c="$connections" -v r="$rps_parley" 'BEGIN { printf "%.1f", 1000 * c / r }') ms for Parley — mostly waiting for a CPU, not work)"
 say ""
+say "-- the headline GET with a second load generator: h2load --h1 -t$threads -c$connections -D $duration (keep-alive) --"
+printf '%-34s %11s %8s %8s %8s %9s %7s %8s\n' "path" "requests/s" "mean ms" "sd ms" "max ms" "requests" "failed" "other %"
+h2row() {
+  local r="rps_$2" a="mean_$2" b="sd_$2" c="max_$2" n="req_$2" f="failed_$2" o="other_pct_$2"
+  printf '%-34s %11s %8s %8s %8s %9s %7s %8s\n' "$1" "${!r}" "${!a}" "${!b}" "${!c}" "${!n}" "${!f}" "${!o}"
+}
+h2row "simulator direct" h2direct
+h2row "nginx proxy_pass -> simulator" h2nginx
+h2row "HAProxy -> simulator" h2haproxy
+h2row "Parley /v1/proxy -> simulator" h2parley
+say "(same rounds as wrk's, the faster of two shown; requests/s of both rounds: direct $rounds_h2direct, nginx $rounds_h2nginx,"
+say " HAProxy $rounds_h2haproxy, Parley $rounds_h2parley. h2load reports no percentiles: shown are the mean, sd and max of its 'time for request';"
+say " 'failed' = failed + errored + timed out; no 4xx/5xx on any path)"
+say "throughput (h2load) parley/nginx = $h2_parley_nginx, parley/haproxy = $h2_parley_haproxy, parley/direct = $h2_parley_direct; nginx/direct = $h2_nginx_direct, haproxy/direct = $h2_haproxy_direct"
+say "load generators: parley/nginx is $tp_parley_nginx with wrk, $h2_parley_nginx with h2load; the larger is $gen_gap_pct % above the smaller: $gen_verdict"
+say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
-printf '%-22s %10s %10s %10s %12s %10s\n' "run" "parley us" "sim us" "nginx us" "postgres us" "wrk us"
-for n in direct nginx parley parleycc healthz me; do
-  r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; cg="cpu_pg_$n"; cw="cpu_wrk_$n"
-  printf '%-22s %10s %10s %10s %12s %10s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
-    "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
+printf '%-22s %10s %10s %10s %11s %12s %12s\n' "run" "parley us" "sim us" "nginx us" "haproxy us" "postgres us" "load gen us"
+for n in direct nginx haproxy parley parleycc healthz me h2direct h2nginx h2haproxy h2parley; do
+  r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; ch="cpu_haproxy_$n"; cg="cpu_pg_$n"; cw="cpu_gen_$n"
+  printf '%-22s %10s %10s %10s %11s %12s %12s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
+    "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!ch}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
 done
+say "(load gen: wrk, or h2load on the h2… rows)"
 say "(clock ticks of $((1000 / hz)) ms, so small figures are coarse)"
 say "PostgreSQL transactions per proxied GET: $(ratio "$xact_parley" "$xact_req_parley") ($xact_parley for $xact_req_parley requests of the first round, warm-up excluded)"
 say ""
 say "-- upstream connections open to the simulator halfway through each load run (ss) --"
-say "nginx: $conns_nginx (keepalive 64); Parley: $conns_parley (libcurl, at most ${PARLEY_UPSTREAM_CONNECTIONS_PER_HOST:-32} per host: PARLEY_UPSTREAM_CONNECTIONS_PER_HOST); Parley with tokens: $conns_parleycc"
+say "nginx: $conns_nginx (keepalive 64); HAProxy: $conns_haproxy (http-reuse always); Parley: $conns_parley (libcurl, at most ${PARLEY_UPSTREAM_CONNECTIONS_PER_HOST:-32} per host: PARLEY_UPSTREAM_CONNECTIONS_PER_HOST); Parley with tokens: $conns_parleycc"
 say ""
 say "-- resident memory and start-up --"
 say "first start, empty database (runs migrations): $first_start_ms ms to /readyz 200"
@@ -568,9 +703,11 @@ say ""
 for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
 say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5, aim 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
-say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct)"
-say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms"
-say "RESULT CPU per proxied request: Parley $(cpu_us parley parley) us (target <= 100 us: $(verdict "$(awk -v c="$(cpu_us parley parley)" 'BEGIN{print (c <= 100)}')")); nginx $(cpu_us nginx nginx) us"
+say "RESULT throughput parley/haproxy = $tp_parley_haproxy (haproxy/nginx = $tp_haproxy_nginx)"
+say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct, haproxy/direct = $tp_haproxy_direct)"
+say "RESULT load generators: parley/nginx wrk $tp_parley_nginx, h2load $h2_parley_nginx ($gen_gap_pct % apart: $gen_verdict); parley/haproxy wrk $tp_parley_haproxy, h2load $h2_parley_haproxy"
+say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
+say "RESULT CPU per proxied request: Parley $(cpu_us parley parley) us (target <= 100 us: $(verdict "$(awk -v c="$(cpu_us parley parley)" 'BEGIN{print (c <= 100)}')")); nginx $(cpu_us nginx nginx) us, HAProxy $(cpu_us haproxy haproxy) us"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.25 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.25)}')")); p99 $add_p99_parley1 ms"
 say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"

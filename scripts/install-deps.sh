@@ -2,7 +2,8 @@
 # Installs the Debian packages Parley builds, runs and tests with. Idempotent:
 # only missing packages are installed. Needs root (or sudo) when something is missing.
 # --run adds what `make run` needs, --tour what `make tour` adds to it, --test what the tests
-# need (nginx and the tour's packages among them).
+# and `make bench` need (nginx and the tour's packages among them; wrk, h2load and HAProxy for
+# the benchmark).
 set -euo pipefail
 
 want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev libxmlsec1-dev pkg-config curl openssl ca-certificates postgresql)
@@ -14,6 +15,9 @@ want=(libcurl4-openssl-dev libpq-dev libssl-dev libpsl-dev libxmlsec1-dev pkg-co
 [ "${1:-}" != "--tour" ] || want+=(nginx chromium chromium-driver python3-venv)
 if [ "${1:-}" = "--test" ]; then
   want+=(chromium chromium-driver nginx-light wrk)
+  # make bench (scripts/bench.sh, which installs through --test): h2load (nghttp2-client) is
+  # its second load generator beside wrk; HAProxy (below) its second proxy baseline beside nginx.
+  want+=(nghttp2-client)
   # The real SAML2 identity provider and service provider of the hosted-flow tests
   # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP (behind
   # Werkzeug's ProxyFix in its proxyfix mode).
@@ -23,7 +27,7 @@ if [ "${1:-}" = "--test" ]; then
   want+=(python3-authlib)
   # schemathesis (PyPI) runs in a venv of its own (scripts/schemathesis.sh).
   want+=(python3-venv python3-pip)
-  # The deploy kit's checks: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);
+  # The deploy kit's checks, and make bench's baseline: HAProxy validates deploy/haproxy/parley.cfg (`haproxy -c`);
   # the Kubernetes schema checker and hadolint come from PyPI (scripts/deploy-tools.sh).
   want+=(haproxy)
   # deploy/observability/alerts.yml is checked by promtool (Debian's prometheus package).
