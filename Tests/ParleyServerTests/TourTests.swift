@@ -32,6 +32,10 @@ import Testing
         let status = try await runOnOwnThread { try Spawn.runAndWait(argv, output: log, directory: packageRoot) }
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(status == 0, "the tour failed (exit \(status)):\n\(output.suffix(8000))")
+        // What axe found on each page kind and scheme, and the tour's summary, for the test log.
+        for line in output.split(separator: "\n") where line.contains(" axe ") || line.hasPrefix("tour") {
+            print("[measured] \(line)")
+        }
 
         // Every page kind checked in both schemes, each with no serious or critical violation.
         let checkedLine = output.split(separator: "\n").first { $0.hasPrefix("tour checked: ") }
