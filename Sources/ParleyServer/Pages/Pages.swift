@@ -18,9 +18,14 @@ enum Page {
     ]
 
     static func redirect(_ location: String, status: HTTPResponse.Status = .found) -> Response {
+        Response(status: status, headers: redirectHeaders(location))
+    }
+
+    /// A redirect's headers: the pages' own, and `Location`.
+    static func redirectHeaders(_ location: String) -> HTTPFields {
         var headers = securityHeaders
         headers[.location] = location
-        return Response(status: status, headers: headers)
+        return headers
     }
 }
 
@@ -131,9 +136,7 @@ struct Pages: Sendable {
     func document(_ page: FlowPage, language: PageLanguage, base: String = "") -> PageDocument {
         switch page {
         case .redirect(let location, let status, let cookies):
-            var headers = Page.securityHeaders
-            headers[.location] = location
-            return withCookies(PageDocument(status: status, headers: headers, html: ""), cookies)
+            return withCookies(PageDocument(status: status, headers: Page.redirectHeaders(location), html: ""), cookies)
         case .onward(let location, let cookies):
             var context = common(language, base: base, service: nil, title: text("onward.title", language))
             context["location"] = location
@@ -224,7 +227,8 @@ struct Pages: Sendable {
     private func finished(_ page: FinishedPage, _ language: PageLanguage, base: String) -> PageDocument {
         let values = ["service": page.service.map(displayName) ?? "", "age": catalogs.age(page.age, language)]
         let state = page.status.rawValue
-        var context = common(language, base: base, service: page.service, title: text("done.\(state).title", language))
+        var context = common(
+            language, base: base, service: page.service, title: text("done.\(state).title", language), bodyClass: "status-\(state)")
         var paragraphs = [text("done.\(state).text", language, values)]
         if page.status == .failed {
             let reason = page.reason.flatMap { FinishedPage.explainedReasons.contains($0) ? $0 : nil } ?? "other"
@@ -233,7 +237,6 @@ struct Pages: Sendable {
         if let asked = askedLine(page.requester, language) { paragraphs.append(asked) }
         context["paragraphs"] = paragraphs
         context["attributes"] = attributes(["data-parley-flow-status": state])
-        context["bodyClass"] = [context["bodyClass"] as? String, "status-\(state)"].compactMap { $0 }.joined(separator: " ")
         let status: HTTPResponse.Status =
             switch page.status {
             case .completed, .pending: .ok
@@ -284,14 +287,16 @@ struct Pages: Sendable {
 
     // MARK: - Parts
 
-    /// What every page's layout needs: language, stylesheet, the destination's name, logo and accent.
-    private func common(_ language: PageLanguage, base: String, service: String?, title: String) -> [String: Any] {
+    /// What every page's layout needs: language, stylesheet, the destination's name, logo and
+    /// accent (its `.brand-N` class, before any `bodyClass` of the page's own).
+    private func common(_ language: PageLanguage, base: String, service: String?, title: String, bodyClass: String? = nil) -> [String: Any] {
         var context: [String: Any] = ["lang": language.rawValue, "title": title, "stylesheet": base + assets.stylesheetPath]
         if let service {
             context["service"] = displayName(service)
             if let logo = assets.logoPath(of: service) { context["logo"] = base + logo }
-            if let brand = assets.brandClass(of: service) { context["bodyClass"] = brand }
         }
+        let classes = [service.flatMap(assets.brandClass(of:)), bodyClass].compactMap { $0 }
+        if !classes.isEmpty { context["bodyClass"] = classes.joined(separator: " ") }
         return context
     }
 
