@@ -239,6 +239,8 @@ func compose(
             metadata: ["destination": .string(destination.name)])
     }
     let router = Router(context: ParleyRequestContext.self)
+    // Outermost: everything below, the handlers and the answer's writing, keeps to the request's loop.
+    router.add(middleware: LoopAffinityMiddleware())
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))

@@ -144,6 +144,9 @@ extension ParleyConfiguration {
         /// Parley's resource identifier (RFC 9728, RFC 8707): the `aud` an agent's access token
         /// must name (`PARLEY_RESOURCE`); nil: the public URL.
         public var resource: String?
+        /// `PARLEY_TASKS_ON_EVENT_LOOPS` (default true): Swift's tasks run on NIO's event loops
+        /// (`LoopAffinity`), so a proxied request stays on the thread that owns its connection.
+        public var tasksOnEventLoops = true
 
         /// What an agent's access token must name as its audience.
         public var resourceIdentifier: String { resource ?? publicURL }
@@ -170,6 +173,7 @@ extension ParleyConfiguration {
             }
             self.init(host: host, port: port, publicURL: settings.string("public_url"), webPublicURL: settings.string("web_public_url"))
             resource = settings.string("resource")
+            tasksOnEventLoops = settings.bool("tasks_on_event_loops", default: true)
             if let resource, URLParts(resource) == nil || resource.contains("#") || resource.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
                 settings.report("\(settings.variable("resource")) must be an absolute http(s) URL without fragment or spaces, got '\(resource.prefix(200))'")
             }
