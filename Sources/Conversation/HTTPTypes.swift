@@ -83,6 +83,9 @@ public enum RequestBody: Sendable, Equatable {
     case bytes([UInt8])
     /// An open file (a spool file, nameless once created); `length` is its size in bytes.
     case file(BodyFile, length: Int64)
+    /// A spool file still being filled from a body whose length nobody announced: its size
+    /// is known only once its writer finishes, so it goes upstream with chunked coding.
+    case stream(BodyFile)
 
     /// Opens the file at `path` for reading; when it cannot be opened, sending fails
     /// with `invalidRequest`.
@@ -90,11 +93,13 @@ public enum RequestBody: Sendable, Equatable {
         .file(BodyFile(adopting: open(path, O_RDONLY | O_CLOEXEC)), length: length)
     }
 
-    public var length: Int64 {
+    /// The size in bytes; nil for a `stream`, whose size is not known yet.
+    public var length: Int64? {
         switch self {
         case .empty: 0
         case .bytes(let b): Int64(b.count)
         case .file(_, let length): length
+        case .stream: nil
         }
     }
 }
@@ -289,7 +294,7 @@ public struct ResponseBody: AsyncSequence, Sendable {
                 source.cancel()
                 throw TransportError(.bodyTooLarge, detail: "response body over \(limit) bytes")
             }
-            out.append(contentsOf: chunk)
+            if out.isEmpty { out = chunk } else { out.append(contentsOf: chunk) }
         }
         return out
     }

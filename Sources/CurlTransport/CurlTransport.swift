@@ -27,6 +27,10 @@ public final class CurlTransport: Transport {
         /// A transfer paused this long because its reader stopped reading ends with
         /// `.timeout` (curl's idle limit exempts paused transfers).
         public var pausedTransferDeadline: Duration
+        /// A response whose `Content-Length` is at most this is handed to the caller whole,
+        /// head and body together, once it has arrived (one hand-back instead of two or
+        /// more); 0 hands every head over at once. Above `highWaterMark`, that is used.
+        public var wholeBodyBytes: Int
 
         public init(
             maxConnectionsPerHost: Int = 32,
@@ -34,8 +38,10 @@ public final class CurlTransport: Transport {
             highWaterMark: Int = 256 * 1024,
             lowWaterMark: Int = 64 * 1024,
             useEnvironmentProxy: Bool = false,
-            pausedTransferDeadline: Duration = .seconds(60)
+            pausedTransferDeadline: Duration = .seconds(60),
+            wholeBodyBytes: Int = 64 * 1024
         ) {
+            self.wholeBodyBytes = wholeBodyBytes
             self.pausedTransferDeadline = pausedTransferDeadline
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.maxTotalConnections = maxTotalConnections
@@ -55,6 +61,7 @@ public final class CurlTransport: Transport {
             if lowWaterMark < 0 || lowWaterMark >= highWaterMark {
                 out.append("lowWaterMark must be in 0..<highWaterMark")
             }
+            if wholeBodyBytes < 0 { out.append("wholeBodyBytes must not be negative") }
             return out
         }
     }

@@ -26,6 +26,10 @@ final class EasyTransfer {
     /// is the position of the next read.
     private var uploadFile: BodyFile?
     private var released = false
+    /// Heads up to this body size wait for their body (`Configuration.wholeBodyBytes`).
+    private let wholeBodyBytes: Int
+    /// The multi thread's list of transfers whose waiter gets a `handOver` after curl's round.
+    private let waiting: HandOvers
 
     // Response head as it arrives, one header block at a time (1xx blocks are dropped).
     private var headParser = ResponseHeadParser()
@@ -37,12 +41,13 @@ final class EasyTransfer {
 
     /// Creates and configures the easy handle; on failure nothing is left allocated.
     static func make(
-        request: PreparedRequest, state: TransferState, configuration: CurlTransport.Configuration, logger: Logger
+        request: PreparedRequest, state: TransferState, configuration: CurlTransport.Configuration, waiting: HandOvers, logger: Logger
     ) throws(TransportError) -> EasyTransfer {
         guard let handle = curl_easy_init() else {
             throw TransportError(.unavailable, detail: "\(request.host): curl_easy_init failed")
         }
-        let transfer = EasyTransfer(handle: handle, state: state, request: request, logger: logger)
+        let transfer = EasyTransfer(
+            handle: handle, state: state, request: request, wholeBodyBytes: min(configuration.wholeBodyBytes, configuration.highWaterMark), waiting: waiting, logger: logger)
         do {
             try transfer.configure(configuration)
         } catch {
@@ -52,10 +57,14 @@ final class EasyTransfer {
         return transfer
     }
 
-    private init(handle: UnsafeMutableRawPointer, state: TransferState, request: PreparedRequest, logger: Logger) {
+    private init(
+        handle: UnsafeMutableRawPointer, state: TransferState, request: PreparedRequest, wholeBodyBytes: Int, waiting: HandOvers, logger: Logger
+    ) {
         self.handle = handle
         self.state = state
         self.request = request
+        self.wholeBodyBytes = wholeBodyBytes
+        self.waiting = waiting
         self.logger = logger
     }
 
@@ -170,14 +179,15 @@ final class EasyTransfer {
             break
         case .bytes(let bytes):
             uploadBytes = bytes
-        case .file(let file, _):
+        case .file(let file, _), .stream(let file):
             guard file.descriptor >= 0 else {
                 throw TransportError(.invalidRequest, detail: "\(request.host): request body file cannot be opened")
             }
             uploadFile = file  // its descriptor is owned by the BodyFile, which `request` keeps alive
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
-        try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length)), "INFILESIZE_LARGE")
+        // -1: the size is unknown, and curl sends the body with chunked coding (HTTP/1.1).
+        try check(c_parley_easy_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(request.body.length ?? -1)), "INFILESIZE_LARGE")
         try check(c_parley_easy_setopt_pointer(h, CURLOPT_READDATA, me), "READDATA")
         try check(
             c_parley_easy_setopt_data_cb(h, CURLOPT_READFUNCTION) { pointer, size, count, userdata in
@@ -237,7 +247,18 @@ final class EasyTransfer {
             metadata: ["upstream.host": "\(request.host)", "http.status": "\(status)", "transfer.id": "\(state.id)"]
         )
         let body = ResponseBody(source: CurlBodySource(state: state))
-        state.deliverHead(UpstreamResponse(status: status, headers: headers, body: body))
+        state.deliverHead(UpstreamResponse(status: status, headers: headers, body: body), wholeBodyLength: wholeBodyLength(status: status, headers: headers))
+    }
+
+    /// The length of a body small enough to hand over whole with its head (most API
+    /// answers): announced by `Content-Length`, at most `wholeBodyBytes`. Nil for a body
+    /// that streams, and for answers without one (HEAD, 204, 304).
+    private func wholeBodyLength(status: Int, headers: HeaderFields) -> Int? {
+        guard wholeBodyBytes > 0, !request.isHead, status != 204, status != 304,
+            let text = headers["Content-Length"], !text.isEmpty, text.utf8.count <= 9,
+            text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let length = Int(text), length <= wholeBodyBytes
+        else { return nil }
+        return length
     }
 
     private func receiveBody(_ bytes: UnsafeRawBufferPointer) -> Int {
@@ -247,6 +268,9 @@ final class EasyTransfer {
         }
         switch state.offer(bytes) {
         case .accepted: return bytes.count
+        case .acceptedForWaiter:
+            waiting.append(state)
+            return bytes.count
         case .pause:
             if pausedSince == nil { pausedSince = .now }
             return c_parley_writefunc_pause()
@@ -285,7 +309,8 @@ final class EasyTransfer {
     }
 
     private func seekBody(to offset: curl_off_t, origin: Int32) -> Int32 {
-        guard origin == SEEK_SET, offset >= 0, Int64(offset) <= request.body.length else { return c_parley_seekfunc_fail() }
+        // A stream's end is not known yet: reading from any offset waits for its bytes.
+        guard origin == SEEK_SET, offset >= 0, Int64(offset) <= request.body.length ?? Int64.max else { return c_parley_seekfunc_fail() }
         uploadOffset = Int(offset)
         return c_parley_seekfunc_ok()
     }

@@ -50,6 +50,7 @@ final class MultiLoop: @unchecked Sendable {
     private var transfers: [UInt64: EasyTransfer] = [:]
     private var idsByHandle: [UnsafeMutableRawPointer: UInt64] = [:]
     private var lastStallCheck = ContinuousClock.now
+    private let handOvers = HandOvers()
 
     init(configuration: CurlTransport.Configuration, logger: Logger) {
         self.configuration = configuration
@@ -156,6 +157,8 @@ final class MultiLoop: @unchecked Sendable {
             if performed != CURLM_OK {
                 logger.error("curl_multi_perform failed", metadata: ["curl.multi_code": "\(performed.rawValue)"])
             }
+            // What this round (and an unpause above) buffered goes to its waiters, each once.
+            handOvers.run()
             collectFinished(multi)
             endStalledReaders(multi)
             // Returns on socket activity, a curl timer, a wakeup, or after one second.
@@ -178,7 +181,8 @@ final class MultiLoop: @unchecked Sendable {
             }
             let transfer: EasyTransfer
             do {
-                transfer = try EasyTransfer.make(request: request, state: state, configuration: configuration, logger: logger)
+                transfer = try EasyTransfer.make(
+                    request: request, state: state, configuration: configuration, waiting: handOvers, logger: logger)
             } catch {
                 logger.debug(
                     "upstream request not started",
@@ -269,5 +273,21 @@ final class MultiLoop: @unchecked Sendable {
         }
         logger.debug("upstream transfer finished", metadata: metadata)
         transfer.state.finish(error)
+    }
+}
+
+/// Transfers whose waiter (a held head's caller, a parked reader) has bytes to collect,
+/// gathered during one round of curl callbacks. Multi thread only.
+final class HandOvers {
+    private var states: [TransferState] = []
+
+    func append(_ state: TransferState) { states.append(state) }
+
+    /// Hands every gathered transfer's bytes over (a transfer listed twice finds nothing
+    /// left the second time).
+    func run() {
+        guard !states.isEmpty else { return }
+        for state in states { state.handOver() }
+        states.removeAll(keepingCapacity: true)
     }
 }

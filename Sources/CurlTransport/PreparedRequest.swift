@@ -44,6 +44,8 @@ struct PreparedRequest: Sendable {
         }
         if !sawAccept { lines.append("Accept:") }  // no curl default "Accept: */*"
         lines.append("Expect:")  // never "Expect: 100-continue"
+        // A body of unknown size: chunked coding, which curl applies when asked this way.
+        if case .stream = request.body, request.method != "HEAD" { lines.append("Transfer-Encoding: chunked") }
         self.headerLines = lines
         self.body = request.body
         self.tls = request.tls
@@ -56,7 +58,7 @@ struct PreparedRequest: Sendable {
     /// normally have one send `Content-Length: 0` even when it is empty.
     var hasBody: Bool {
         if isHead { return false }
-        return body.length > 0 || ["POST", "PUT", "PATCH"].contains(method)
+        return (body.length ?? 1) > 0 || ["POST", "PUT", "PATCH"].contains(method)
     }
 
     static func isToken(_ s: String) -> Bool {

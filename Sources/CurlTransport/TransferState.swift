@@ -62,6 +62,10 @@ final class TransferState: Sendable {
         /// Set once, by `finish`: nil while the transfer runs, `.some(nil)` on success.
         var ending: TransportError??
         var readerWaiter: CheckedContinuation<[UInt8]?, any Error>?
+        /// A head kept back until its whole (small) body is buffered, so the caller gets both
+        /// with one hand-back; `heldUntil` is the body's announced length.
+        var heldHead: UpstreamResponse?
+        var heldUntil = 0
     }
 
     /// Taken before the statistics mutex when both are needed, never after it.
@@ -156,23 +160,7 @@ final class TransferState: Sendable {
                 return .wait
             }
             if !shared.chunks.isEmpty {
-                let out: [UInt8]
-                if shared.chunks.count == 1 {
-                    out = shared.chunks[0]
-                } else {
-                    var joined: [UInt8] = []
-                    joined.reserveCapacity(shared.buffered)
-                    for chunk in shared.chunks { joined.append(contentsOf: chunk) }
-                    out = joined
-                }
-                shared.chunks.removeAll(keepingCapacity: true)
-                loop.stats.buffered(-shared.buffered)
-                shared.buffered = 0
-                if shared.paused && shared.buffered <= lowWaterMark {
-                    shared.paused = false
-                    unpause = true
-                }
-                return .bytes(out)
+                return .bytes(takeChunks(&shared, unpause: &unpause))
             }
             if let ending = shared.ending {
                 if let error = ending { return .failed(error) }
@@ -196,9 +184,17 @@ final class TransferState: Sendable {
 
     // MARK: Multi thread side
 
-    func deliverHead(_ response: UpstreamResponse) {
+    /// The final head. With `wholeBodyLength` (a small body of announced length), the head is
+    /// kept until that many bytes are buffered or the transfer ends: `handOver` then gives the
+    /// caller head and body together.
+    func deliverHead(_ response: UpstreamResponse, wholeBodyLength: Int? = nil) {
         let waiter = shared.withLock { shared -> CheckedContinuation<UpstreamResponse, any Error>? in
             shared.headDelivered = true
+            if let wholeBodyLength, wholeBodyLength > shared.buffered {
+                shared.heldHead = response
+                shared.heldUntil = wholeBodyLength
+                return nil
+            }
             defer { shared.headWaiter = nil }
             return shared.headWaiter
         }
@@ -207,63 +203,120 @@ final class TransferState: Sendable {
 
     enum Offer {
         case accepted
+        /// Accepted, and someone waits for it: call `handOver()` once curl's round is over.
+        case acceptedForWaiter
         case pause
         case abort
     }
 
     /// Bytes from the write callback. Above the high-water mark they are refused with a
-    /// pause, and curl delivers them again after `curl_easy_pause(CURLPAUSE_CONT)`.
+    /// pause, and curl delivers them again after `curl_easy_pause(CURLPAUSE_CONT)`. Nothing
+    /// is resumed here: the multi thread calls `handOver()` after the round of callbacks, so
+    /// that everything one round brought goes to the reader with one resumption.
     func offer(_ bytes: UnsafeRawBufferPointer) -> Offer {
-        var handOver: (CheckedContinuation<[UInt8]?, any Error>, [UInt8])?
-        let result = shared.withLock { shared -> Offer in
+        shared.withLock { shared -> Offer in
             if shared.cancelled { return .abort }
             if shared.buffered >= highWaterMark {
                 shared.paused = true
                 return .pause
             }
             let copy = [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
-                if let base = bytes.baseAddress, bytes.count > 0 {
-                    UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: base, byteCount: bytes.count)
+                if let base = bytes.baseAddress, let target = buffer.baseAddress, bytes.count > 0 {
+                    UnsafeMutableRawPointer(target).copyMemory(from: base, byteCount: bytes.count)
                 }
                 count = bytes.count
             }
-            if let waiter = shared.readerWaiter {
-                // A waiting reader means the buffer is empty: hand the bytes over directly.
-                shared.readerWaiter = nil
-                handOver = (waiter, copy)
-            } else {
-                shared.chunks.append(copy)
-                shared.buffered += copy.count
-                loop.stats.buffered(copy.count)
-            }
+            shared.chunks.append(copy)
+            shared.buffered += copy.count
+            loop.stats.buffered(copy.count)
+            if shared.readerWaiter != nil { return .acceptedForWaiter }
+            if shared.heldHead != nil && shared.buffered >= shared.heldUntil { return .acceptedForWaiter }
             return .accepted
         }
-        if let (waiter, copy) = handOver {
-            waiter.resume(returning: copy)
+    }
+
+    /// Resumes whoever waits for what `offer` buffered: the caller waiting for a held head once
+    /// its body is whole, or the reader with every buffered chunk joined. Multi thread, after
+    /// a round of callbacks.
+    func handOver() {
+        var head: (CheckedContinuation<UpstreamResponse, any Error>, UpstreamResponse)?
+        var reader: (CheckedContinuation<[UInt8]?, any Error>, [UInt8])?
+        var unpause = false
+        shared.withLock { shared in
+            if let held = shared.heldHead, shared.buffered >= shared.heldUntil {
+                shared.heldHead = nil
+                if let waiter = shared.headWaiter { head = (waiter, held) }
+                shared.headWaiter = nil
+            }
+            if let waiter = shared.readerWaiter, !shared.chunks.isEmpty {
+                shared.readerWaiter = nil
+                reader = (waiter, takeChunks(&shared, unpause: &unpause))
+            }
         }
-        return result
+        if let (waiter, response) = head { waiter.resume(returning: response) }
+        if let (waiter, bytes) = reader { waiter.resume(returning: bytes) }
+        if unpause { _ = loop.submit(.unpause(id)) }
+    }
+
+    /// Every buffered chunk as one array, the buffer emptied. Inside `shared.withLock`.
+    private func takeChunks(_ shared: inout Shared, unpause: inout Bool) -> [UInt8] {
+        let out: [UInt8]
+        if shared.chunks.count == 1 {
+            out = shared.chunks[0]
+        } else {
+            var joined: [UInt8] = []
+            joined.reserveCapacity(shared.buffered)
+            for chunk in shared.chunks { joined.append(contentsOf: chunk) }
+            out = joined
+        }
+        shared.chunks.removeAll(keepingCapacity: true)
+        loop.stats.buffered(-shared.buffered)
+        shared.buffered = 0
+        if shared.paused && shared.buffered <= lowWaterMark {
+            shared.paused = false
+            unpause = true
+        }
+        return out
     }
 
     /// The transfer is over (done, failed, cancelled or never started). Called once the
     /// easy handle is gone; idempotent.
     func finish(_ error: TransportError?) {
         var head: CheckedContinuation<UpstreamResponse, any Error>?
+        var held: UpstreamResponse?
         var reader: CheckedContinuation<[UInt8]?, any Error>?
+        var last: [UInt8]?
+        var unpause = false
         let outcome: TransportError? = shared.withLock { shared in
             if shared.ending != nil { return nil }
             let outcome = shared.cancelled ? cancelledError : error
             shared.ending = .some(outcome)
             head = shared.headWaiter
             shared.headWaiter = nil
+            // A held head goes out with what arrived of its body; the body's reader then meets
+            // the ending (a short body fails there, as it would have streamed).
+            held = shared.cancelled ? nil : shared.heldHead
+            shared.heldHead = nil
             reader = shared.readerWaiter
             shared.readerWaiter = nil
+            if reader != nil, !shared.chunks.isEmpty { last = takeChunks(&shared, unpause: &unpause) }
             return outcome
         }
         if let head {
-            head.resume(throwing: outcome ?? TransportError(.unavailable, detail: "\(host): response ended without a head"))
+            if let held {
+                head.resume(returning: held)
+            } else {
+                head.resume(throwing: outcome ?? TransportError(.unavailable, detail: "\(host): response ended without a head"))
+            }
         }
         if let reader {
-            if let outcome { reader.resume(throwing: outcome) } else { reader.resume(returning: nil) }
+            if let last {
+                reader.resume(returning: last)
+            } else if let outcome {
+                reader.resume(throwing: outcome)
+            } else {
+                reader.resume(returning: nil)
+            }
         }
     }
 }

@@ -40,6 +40,24 @@ struct CurlTransportTests {
         }
     }
 
+    /// A small body of announced length comes with its head: when `send` returns, it is
+    /// buffered whole (one hand-back for both). A body without a length streams.
+    @Test func aSmallBodyArrivesWithItsHead() async throws {
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let small = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/small"))
+            let length = small.headers["Content-Length"].flatMap(Int.init) ?? -1
+            #expect(length > 0)
+            #expect(transport.statistics.bufferedBytes == length, "the whole body is there with the head")
+            let bytes = try await small.body.collect(upTo: 1 << 20)
+            #expect(bytes.count == length)
+            #expect(transport.statistics.bufferedBytes == 0)
+
+            let head = try await transport.send(UpstreamRequest(method: "HEAD", url: "\(base)/echo/small"))
+            #expect(head.status == 200)
+            #expect(try await head.body.collect(upTo: 1 << 20).isEmpty)
+        }
+    }
+
     @Test func postRoundTripSendsBodyWithoutExpect() async throws {
         try await Fixtures.withSimulatorAndTransport { base, _, transport in
             let body = Array("hello, upstream".utf8)
@@ -225,9 +243,10 @@ struct CurlTransportTests {
     }
 
     /// A body file its writer is still filling: the transfer sends what is written, waits
-    /// for the rest, and aborts when the writer gives up.
-    @Test(arguments: [true, false])
-    func aBodyFileStillBeingWrittenIsSentAsItGrows(completes: Bool) async throws {
+    /// for the rest, and aborts when the writer gives up. Of announced length or not (a
+    /// `stream`, sent chunked, whose end is the writer's `finish`).
+    @Test(arguments: [true, false], [false, true])
+    func aBodyFileStillBeingWrittenIsSentAsItGrows(completes: Bool, chunked: Bool) async throws {
         let path = NSTemporaryDirectory() + "parley-growing-\(UUID().uuidString)"
         let fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0o600)
         try #require(fd >= 0)
@@ -250,7 +269,7 @@ struct CurlTransportTests {
 
         try await Fixtures.withSimulatorAndTransport { base, state, transport in
             async let sent = transport.send(
-                UpstreamRequest(method: "PUT", url: "\(base)/upload", body: .file(file, length: Int64(3 << 20))))
+                UpstreamRequest(method: "PUT", url: "\(base)/upload", body: chunked ? .stream(file) : .file(file, length: Int64(3 << 20))))
             append(parts[0])
             try await untilTheTransferWaits()
             append(parts[1])
