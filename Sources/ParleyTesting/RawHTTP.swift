@@ -80,6 +80,12 @@ public enum RawHTTP {
         return fd
     }
 
+    /// Reads the response on a socket the caller wrote a request to (until it is complete or
+    /// the server closes), off the cooperative pool. The caller closes `fd`.
+    public static func receive(fd: Int32) async throws -> RawHTTPResponse {
+        try parse(try await runOnOwnThread { readResponse(fd) })
+    }
+
     static func exchange(port: Int, bytes: [UInt8], timeout: Int) throws -> [UInt8] {
         let fd = try connectLoopback(port: port, timeout: timeout)
         defer { close(fd) }
@@ -89,6 +95,10 @@ public enum RawHTTP {
             if n <= 0 { break }  // the server may answer and close before reading everything
             offset += n
         }
+        return readResponse(fd)
+    }
+
+    static func readResponse(_ fd: Int32) -> [UInt8] {
         var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {

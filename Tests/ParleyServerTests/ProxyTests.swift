@@ -193,6 +193,47 @@ import Testing
         }
     }
 
+    /// A body sent chunked, without a length, that outgrows memory streams on to the upstream
+    /// while it arrives (chunked again), and arrives whole.
+    @Test func aChunkedUploadStreamsOnWhileItArrives() async throws {
+        try await withLiveParley { live in
+            let (_, token) = try await live.register()
+            let fd = try RawHTTP.connectLoopback(port: live.port, timeout: 10)
+            defer { close(fd) }
+            func send(_ bytes: [UInt8]) {
+                var offset = 0
+                while offset < bytes.count {
+                    let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+                    guard n > 0 else { return }
+                    offset += n
+                }
+            }
+            func chunk(_ bytes: ArraySlice<UInt8>) -> [UInt8] { Array("\(String(bytes.count, radix: 16))\r\n".utf8) + bytes + [13, 10] }
+            let body = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 29 &+ 3) }
+            send(Array(
+                ("POST /v1/proxy/echo/chunked HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
+                    + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").utf8))
+            let half = 3 << 19  // 1.5 MiB, in 64 KiB chunks
+            for start in stride(from: 0, to: half, by: 64 << 10) { send(chunk(body[start..<min(start + (64 << 10), half)])) }
+            // The upstream has the request before the body is whole: it streams.
+            try await Self.poll("the chunked upload reaching the upstream") { live.simulator.requests(route: "ANY /echo") == 1 }
+            for start in stride(from: half, to: body.count, by: 64 << 10) { send(chunk(body[start..<min(start + (64 << 10), body.count)])) }
+            send(Array("0\r\n\r\n".utf8))
+            let response = try await RawHTTP.receive(fd: fd)
+            #expect(response.status == 200)
+            let echo = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+            #expect(echo?["bodyBytes"] as? Int == body.count)
+            #expect(echo?["bodySha256"] as? String == Hex.encode(SHA256.hash(body)))
+            // Sent on without a length (chunked: HTTP/1.1 has no other way for a request body).
+            let headers = echo?["headers"] as? [String: [String]]
+            #expect(headers != nil && headers?["content-length"] == nil, "\(headers ?? [:])")
+            try await Self.poll("the spool to be given back") {
+                let metrics = (try? await live.request("GET", "/metrics").text) ?? ""
+                return metrics.split(separator: "\n").contains("parley_spool_bytes 0.0")
+            }
+        }
+    }
+
     static func poll(_ what: String, within limit: Duration = .seconds(20), _ condition: () async -> Bool) async throws {
         let deadline = ContinuousClock.now + limit
         while await !condition() {

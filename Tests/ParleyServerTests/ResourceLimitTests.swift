@@ -123,6 +123,49 @@ import Testing
         #expect(spool.usedBytes == 0)
     }
 
+    /// A body without a length (chunked) that outgrows memory is streamed too: what was read
+    /// first goes into the file before the rest, the quota grows as bytes arrive, the body
+    /// goes upstream as a `stream`, and one past the limit fails with 413.
+    @Test func aChunkedBodyIsStreamedWhileItIsSpooled() async throws {
+        let directory = NSTemporaryDirectory() + "parley-spool-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let spool = Spool(directory: directory, quotaBytes: 3 << 20)
+
+        let first = [UInt8](repeating: 7, count: 1000)
+        let streaming = try await StreamingSpool.start(length: nil, first: first.count, spool: spool)
+        #expect(spool.usedBytes == 1000)
+        guard case .stream(let file) = streaming.spooled.body else {
+            Issue.record("a body without a length is a stream body: \(streaming.spooled.body)")
+            return
+        }
+        #expect(streaming.spooled.body.length == nil)
+        #expect(file.readable(from: 0, wake: {}) == .wait)
+        let (source, feed) = AsyncStream<ByteBuffer>.makeStream()
+        async let filled: Void = streaming.run(source.makeAsyncIterator(), first: first, limit: 2 << 20)
+        feed.yield(ByteBuffer(repeating: 8, count: 300 << 10))
+        feed.yield(ByteBuffer(repeating: 9, count: 10))
+        feed.finish()
+        try await filled
+        #expect(spool.usedBytes == 1000 + (300 << 10) + 10)
+        #expect(file.readable(from: 0, wake: {}) == .toEnd)
+        var bytes = [UInt8](repeating: 0, count: 1000 + (300 << 10) + 10 + 1)
+        #expect(pread(file.descriptor, &bytes, bytes.count, 0) == 1000 + (300 << 10) + 10)
+        #expect(bytes[999] == 7 && bytes[1000] == 8 && bytes[1000 + (300 << 10)] == 9)
+        streaming.spooled.remove()
+        #expect(spool.usedBytes == 0)
+
+        // Past the limit: 413, the readers fail, the quota is given back.
+        let tooLong = try await StreamingSpool.start(length: nil, first: first.count, spool: spool)
+        guard case .stream(let longFile) = tooLong.spooled.body else { return }
+        await #expect(throws: Problem.self) {
+            try await tooLong.run(Self.chunks([1 << 20, 1 << 20]).makeAsyncIterator(), first: first, limit: 1 << 20)
+        }
+        #expect(longFile.readable(from: 0, wake: {}) == .failed)
+        tooLong.spooled.remove()
+        #expect(spool.usedBytes == 0)
+    }
+
     @Test func leftoverSpoolFilesAreSweptAtStart() throws {
         let directory = NSTemporaryDirectory() + "parley-spool-test-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

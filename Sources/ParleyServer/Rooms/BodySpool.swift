@@ -72,53 +72,68 @@ struct SpooledBody: Sendable {
     }
 }
 
-/// A body of announced length too large for memory, spooled while the upstream exchange
-/// already reads it: the exchange sends what has arrived and waits for the rest, so an
-/// upload streams through instead of waiting to be whole; a replay (a challenge, a renewed
-/// token) reads the file again from the start. `run()` fills the file and must run
-/// beside the exchange.
+/// A body too large for memory, spooled while the upstream exchange already reads it: the
+/// exchange sends what has arrived and waits for the rest, so an upload streams through
+/// instead of waiting to be whole; a replay (a challenge, a renewed token) reads the file
+/// again from the start. A body of announced length reserves its length of the spool quota
+/// at once; one without (chunked) grows its reservation as it arrives and goes upstream
+/// chunked. `run()` fills the file and must run beside the exchange.
 struct StreamingSpool: Sendable {
     let spooled: SpooledBody
     private let file: BodyFile
-    private let length: Int64
+    private let reservation: SpoolReservation
+    /// The announced length; nil for a body that has none.
+    private let length: Int64?
 
-    /// Reserves `length` bytes of the spool quota and creates the file. Throws `Problem`
-    /// 413 when the quota is spent.
-    static func start(length: Int64, spool: Spool) async throws -> StreamingSpool {
+    /// Reserves the quota (`length`, or what `first` holds) and creates the file. Throws
+    /// `Problem` 413 when the quota is spent.
+    static func start(length: Int64?, first: Int = 0, spool: Spool) async throws -> StreamingSpool {
         let reservation = SpoolReservation(spool: spool)
-        try reservation.grow(length)
+        try reservation.grow(length ?? Int64(first))
         do {
             let created = try await SpoolFile.create(in: spool.directory, filling: true)
+            let body: RequestBody = length.map { .file(created.file, length: $0) } ?? .stream(created.file)
             return StreamingSpool(
-                spooled: SpooledBody(body: .file(created.file, length: length), reservation: reservation),
-                file: created.file, length: length)
+                spooled: SpooledBody(body: body, reservation: reservation), file: created.file, reservation: reservation, length: length)
         } catch {
             reservation.release()
             throw error
         }
     }
 
-    private init(spooled: SpooledBody, file: BodyFile, length: Int64) {
+    private init(spooled: SpooledBody, file: BodyFile, reservation: SpoolReservation, length: Int64?) {
         self.spooled = spooled
         self.file = file
+        self.reservation = reservation
         self.length = length
     }
 
-    /// Copies `source` into the file in batches, announcing each batch to the readers.
-    /// A body that breaks off, or runs past its announced length, fails the file (the
-    /// exchange reading it aborts) and throws.
-    func run<S: AsyncSequence>(_ source: S) async throws where S.Element == ByteBuffer {
-        var batches = SpoolBatches(SpoolFile(file: file))
-        var total: Int64 = 0
+    /// Copies `first` (what was read before), then the rest of `source` into the file in
+    /// batches, announcing each batch to the readers. A body that breaks off, runs past its
+    /// announced length or past `limit` (`413`), fails the file (the exchange reading it
+    /// aborts) and throws.
+    func run<S: AsyncSequence>(_ source: S, limit: Int64 = .max) async throws where S.Element == ByteBuffer {
+        try await run(source.makeAsyncIterator(), limit: limit)
+    }
+
+    func run<I: AsyncIteratorProtocol>(_ source: I, first: [UInt8] = [], limit: Int64 = .max) async throws where I.Element == ByteBuffer {
+        var source = source
+        var batches = SpoolBatches(SpoolFile(file: file), first: first)
+        var total = Int64(first.count)
         do {
-            for try await buffer in source {
+            while let buffer = try await source.next() {
                 total += Int64(buffer.readableBytes)
-                guard total <= length else {
-                    throw Problem.invalid("the request body is longer than its Content-Length")
+                if let length {
+                    guard total <= length else { throw Problem.invalid("the request body is longer than its Content-Length") }
+                } else {
+                    guard total <= limit else {
+                        throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
+                    }
+                    try reservation.grow(Int64(buffer.readableBytes))
                 }
                 try await batches.append(buffer.readableBytesView)
             }
-            guard total == length else {
+            if let length, total != length {
                 throw Problem.invalid("the request body is shorter than its Content-Length")
             }
             try await batches.finish()

@@ -54,12 +54,26 @@ struct UpstreamExchange: Sendable {
         }
         let spooled: SpooledBody
         var outcome: Result<ConversationResult, any Error>
-        if let declaredLength, declaredLength > Int64(memoryBodyBytes) {
-            // Too large for memory and of known length: the exchange sends the body while
-            // it is still arriving (and spooled for a replay).
-            let streaming = try await StreamingSpool.start(length: declaredLength, spool: spool)
-            spooled = streaming.spooled
-            async let filled: Void = streaming.run(body)
+        // A body too large for memory is sent while it is still arriving (and spooled for a
+        // replay): one of known length at once, one without (chunked) once it outgrows memory.
+        var streaming: (spool: StreamingSpool, first: [UInt8], rest: Hummingbird.RequestBody.AsyncIterator)?
+        var inMemory: [UInt8]?
+        if let declaredLength {
+            if declaredLength > Int64(memoryBodyBytes) {
+                streaming = (try await StreamingSpool.start(length: declaredLength, spool: spool), [], body.makeAsyncIterator())
+            }
+        } else {
+            var rest = body.makeAsyncIterator()
+            let first = try await Self.readFirst(&rest, memoryLimit: memoryBodyBytes, limit: limit)
+            if first.count > memoryBodyBytes {
+                streaming = (try await StreamingSpool.start(length: nil, first: first.count, spool: spool), first, rest)
+            } else {
+                inMemory = first
+            }
+        }
+        if let (streamingSpool, first, rest) = streaming {
+            spooled = streamingSpool.spooled
+            async let filled: Void = streamingSpool.run(rest, first: first, limit: limit)
             outcome = await exchange(spooled, through: manager)
             // The client's body first: when it broke off, that explains the exchange's failure.
             do { try await filled } catch {
@@ -68,7 +82,11 @@ struct UpstreamExchange: Sendable {
                 throw error
             }
         } else {
-            spooled = try await SpooledBody.read(body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
+            if let inMemory {
+                spooled = SpooledBody(body: inMemory.isEmpty ? .empty : .bytes(inMemory), reservation: nil)
+            } else {
+                spooled = try await SpooledBody.read(body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
+            }
             outcome = await exchange(spooled, through: manager)
         }
         if let afterSignIn, case .success(.interactionRequired(let interaction)) = outcome {
@@ -84,6 +102,21 @@ struct UpstreamExchange: Sendable {
         // The conversation is over: no restart can replay the body any more.
         spooled.remove()
         return try outcome.get()
+    }
+
+    /// The start of a body of unknown length: all of it when it ends within `memoryLimit`
+    /// bytes, else the first buffers past that (the rest stays in `source`). `413` past `limit`.
+    static func readFirst(
+        _ source: inout Hummingbird.RequestBody.AsyncIterator, memoryLimit: Int, limit: Int64
+    ) async throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        while bytes.count <= memoryLimit, let buffer = try await source.next() {
+            guard Int64(bytes.count) + Int64(buffer.readableBytes) <= limit else {
+                throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
+            }
+            bytes.append(contentsOf: buffer.readableBytesView)
+        }
+        return bytes
     }
 }
 
