@@ -1,6 +1,7 @@
 public import Conversation
 public import Foundation
 internal import CPSL
+import Synchronization
 
 /// One upstream cookie as RFC 6265 §5.3 stores it.
 public struct StoredCookie: Sendable, Equatable {
@@ -297,11 +298,70 @@ public enum Cookies {
     }
 }
 
+/// A jar's cookies with the `Cookie` headers already worked out, for a jar that is read far
+/// more often than it changes (every proxied call reads it). What a header depends on is the
+/// request's host, its scheme's security, which of the jar's cookie paths cover the request
+/// path, and the time; a header is remembered under the first three and used until the
+/// jar's first cookie expires. So a call costs one test per distinct cookie path (a jar of
+/// 20 cookies set by one server usually has one or two), not a match of every cookie.
+public final class CookieJarIndex: Sendable {
+    public let cookies: [StoredCookie]
+    /// The distinct cookie paths; a request's mask has bit i set when `paths[i]` covers it.
+    private let paths: [String]
+    /// Until then no cookie of the jar has expired; nil when none ever does.
+    private let firstExpiry: Date?
+    private let remembered = Mutex<[Key: String?]>([:])
+
+    /// At most this many headers are remembered (hosts × path masks); beyond, the memory starts over.
+    static let maxRemembered = 256
+
+    private struct Key: Hashable {
+        let host: String
+        let secure: Bool
+        let mask: UInt64
+    }
+
+    public init(_ cookies: [StoredCookie]) {
+        self.cookies = cookies
+        var seen = Set<String>()
+        paths = cookies.map(\.path).filter { seen.insert($0).inserted }
+        firstExpiry = cookies.compactMap(\.expiresAt).min()
+    }
+
+    /// The `Cookie` header for `url` at `now`: `Cookies.header(for:from:at:)`, remembered.
+    public func header(for url: URLParts, at now: Date) -> String? {
+        if let firstExpiry, now >= firstExpiry { return Cookies.header(for: url, from: cookies, at: now) }
+        guard paths.count <= 64 else { return Cookies.header(for: url, from: cookies, at: now) }
+        let requestPath = url.pathOrRoot
+        var mask: UInt64 = 0
+        for (i, path) in paths.enumerated() where Cookies.pathMatches(requestPath: requestPath, cookiePath: path) {
+            mask |= 1 << UInt64(i)
+        }
+        let key = Key(host: url.host, secure: url.isSecure, mask: mask)
+        if let known = remembered.withLock({ $0[key] }) { return known }
+        let header = Cookies.header(for: url, from: cookies, at: now)
+        remembered.withLock { remembered in
+            if remembered.count >= Self.maxRemembered { remembered.removeAll() }
+            remembered[key] = .some(header)
+        }
+        return header
+    }
+}
+
 /// Where a registration's cookies are kept (sealed in PostgreSQL by the server).
 public protocol CookieRecords: Sendable {
     func cookies(registrationID: String) async throws -> [StoredCookie]
+    /// The `Cookie` header for `url` from the registration's jar (`Cookies.header`); a store
+    /// that caches the jar answers it from a `CookieJarIndex`.
+    func cookieHeader(registrationID: String, for url: URLParts, at now: Date) async throws -> String?
     /// Inserts or replaces by (domain, path, name); deletes the identities given.
     func apply(registrationID: String, store: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws
+}
+
+extension CookieRecords {
+    public func cookieHeader(registrationID: String, for url: URLParts, at now: Date) async throws -> String? {
+        Cookies.header(for: url, from: try await cookies(registrationID: registrationID), at: now)
+    }
 }
 
 /// A registration's cookie jar: RFC 6265 rules over `CookieRecords`.
@@ -318,7 +378,7 @@ public struct RegistrationCookieJar: CookieStorage {
 
     public func cookieHeader(for url: String) async throws -> String? {
         guard let parts = URLParts(url) else { return nil }
-        return Cookies.header(for: parts, from: try await records.cookies(registrationID: registrationID), at: clock.now)
+        return try await records.cookieHeader(registrationID: registrationID, for: parts, at: clock.now)
     }
 
     public func store(setCookies: [String], from url: String) async throws {

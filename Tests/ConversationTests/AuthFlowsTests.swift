@@ -73,6 +73,31 @@ final class MemoryCookieRecords: CookieRecords {
         #expect(Cookies.header(for: url, from: cookies, at: now) == "b=2; a=1")
     }
 
+    /// The index answers as `Cookies.header` does, for every host, scheme and path it is
+    /// asked about, and again once its first cookie has expired.
+    @Test func theJarIndexAnswersAsTheMatchWouldAndHonoursExpiry() throws {
+        let base = try #require(URLParts("https://app.smp.example/odata/x"))
+        var cookies = try (1...20).map { i in try #require(stored("c\(i)=v\(i); Path=\(i % 3 == 0 ? "/odata" : "/")", from: base)) }
+        cookies.append(try #require(stored("s=1; Path=/; Secure; Max-Age=60", from: base)))
+        cookies.append(try #require(stored("d=1; Path=/sp; Domain=smp.example", from: base)))
+        let index = CookieJarIndex(cookies)
+        let urls = [
+            "https://app.smp.example/odata/x", "https://app.smp.example/odata", "https://app.smp.example/odatax",
+            "http://app.smp.example/odata/y", "https://app.smp.example/", "https://app.smp.example/sp/a", "https://other.smp.example/sp",
+            "https://elsewhere.example/odata/x",
+        ]
+        for _ in 0..<2 {  // the second round answers from what the first remembered
+            for text in urls {
+                let url = try #require(URLParts(text))
+                #expect(index.header(for: url, at: now) == Cookies.header(for: url, from: cookies, at: now), "\(text)")
+            }
+        }
+        let later = now.addingTimeInterval(61)
+        let header = index.header(for: base, at: later)
+        #expect(header == Cookies.header(for: base, from: cookies, at: later))
+        #expect(header?.contains("s=1") == false && index.header(for: base, at: now)?.contains("s=1") == true)
+    }
+
     @Test func jarStoresAndServesThroughRecords() async throws {
         let records = MemoryCookieRecords()
         let jar = RegistrationCookieJar(registrationID: "r1", records: records, clock: TestClock(now))

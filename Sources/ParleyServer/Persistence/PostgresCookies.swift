@@ -1,5 +1,6 @@
 public import AuthFlows
-import Foundation
+public import Conversation
+public import Foundation
 public import ParleyCrypto
 public import Store
 
@@ -9,7 +10,7 @@ public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
     let store: PostgresStore
     let keyRing: KeyRing
     /// A registration's jar as last read here; cache signals (and local writes) drop it.
-    let cache = InvalidatedCache<String, [StoredCookie]>()
+    let cache = InvalidatedCache<String, CookieJarIndex>()
 
     public init(store: PostgresStore, keyRing: KeyRing) {
         self.store = store
@@ -23,9 +24,17 @@ public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
     public var cacheStatistics: CacheStatistics { cache.statistics }
 
     public func cookies(registrationID: String) async throws -> [StoredCookie] {
+        try await jar(registrationID: registrationID).cookies
+    }
+
+    public func cookieHeader(registrationID: String, for url: URLParts, at now: Date) async throws -> String? {
+        try await jar(registrationID: registrationID).header(for: url, at: now)
+    }
+
+    private func jar(registrationID: String) async throws -> CookieJarIndex {
         if let cached = cache.value(for: registrationID) { return cached }
         let mark = cache.mark()
-        let jar = try await read(registrationID: registrationID)
+        let jar = CookieJarIndex(try await read(registrationID: registrationID))
         cache.set(jar, for: registrationID, readSince: mark)
         return jar
     }
