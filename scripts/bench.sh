@@ -10,9 +10,12 @@
 #      under load (32 connections) and one request at a time (1 connection);
 #      the load run again with a second load generator (h2load --h1), so that a ratio
 #      that depends on wrk alone shows up;
-#      plus Parley's /healthz and /v1/registrations/me to split its cost;
-#   2. Parley's resident memory during a 1 GiB proxied download;
-#   3. Parley's cold start to ready and its idle resident memory.
+#      plus Parley's /healthz and /v1/registrations/me to split its cost; and the proxied GET
+#      with a client-credentials token injected, and with Basic and a jar of 20 cookies;
+#   2. Parley's resident memory and throughput during 1 GiB transfers against nginx: a
+#      download, an upload with Content-Length and a chunked upload without one;
+#   3. Parley's cold start to ready and its idle resident memory;
+#   4. the scripts in scripts/bench/ (revocation propagation, refresh storm, refresh ahead, scale).
 # Exits 0 when everything ran (a missed target is a finding, not a failure);
 # non-zero when something could not run or answered with errors.
 #
@@ -20,9 +23,13 @@
 #   BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s)   the load runs
 #   BENCH_LATENCY_DURATION (5s)                                       the 1-connection runs
 #   BENCH_WARMUP (3s)                                                 before every run
-#   BENCH_DOWNLOAD_MIB (1024)                                         the memory run
+#   BENCH_DOWNLOAD_MIB (1024)                                         the transfers (download, both uploads)
 #   BENCH_SKIP_BUILD=1                                                use the existing release binaries
 #                                                                     (.build/release; swift is not run)
+#   BENCH_PARLEY_BIN (.build/release/parley)                          the parley binary under test, here and
+#                                                                     in scripts/bench/ (e.g. an older build
+#                                                                     against the current simulator); when set,
+#                                                                     only the simulator is built
 #   BENCH_INTERNALS=0                                                 skip the package-benchmark table (Benchmarks/)
 #   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
 #                                                                     the top frames are printed at the end
@@ -88,6 +95,21 @@ forget() {
 }
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# peak_rss_while PID START_KIB — samples Parley's VmRSS every 100 ms while process PID runs, and
+# once more as it ends (a short transfer may fit between samples); prints the peak in KiB (at
+# least START_KIB) and the number of samples.
+peak_rss_while() {
+  local peak="$2" n=0 r
+  while kill -0 "$1" 2>/dev/null; do
+    r="$(rss_kib "$parley_pid")"
+    [ "$r" -gt "$peak" ] && peak="$r"
+    n=$((n + 1))
+    sleep 0.1
+  done
+  r="$(rss_kib "$parley_pid")"
+  [ "$r" -gt "$peak" ] && peak="$r"
+  echo "$peak $((n + 1))"
+}
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 
@@ -96,17 +118,29 @@ scripts/install-deps.sh --test
 command -v swift >/dev/null || die "swift is not on PATH (Swift 6 toolchain needed)"
 for tool in wrk h2load nginx haproxy curl openssl python3; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
 tmp="$(mktemp -d /tmp/parley-bench.XXXXXX)"
-if [ "${BENCH_SKIP_BUILD:-}" = "1" ] && [ -x .build/release/parley ] && [ -x .build/release/upstream-simulator ]; then
+# The products to build: the simulator always, parley unless BENCH_PARLEY_BIN names another binary.
+products=(upstream-simulator)
+[ -n "${BENCH_PARLEY_BIN:-}" ] || products=(parley upstream-simulator)
+if [ "${BENCH_SKIP_BUILD:-}" = "1" ] && [ -x .build/release/upstream-simulator ] \
+  && { [ -n "${BENCH_PARLEY_BIN:-}" ] || [ -x .build/release/parley ]; }; then
   bin="$root/.build/release"  # the default .build's release binaries, without asking swift
 elif [ "${BENCH_SKIP_BUILD:-}" != "1" ]; then
   say "bench: building release binaries (swift build -c release; several minutes on a cold .build)" >&2
-  for product in parley upstream-simulator; do
+  for product in "${products[@]}"; do
     swift build -c release --product "$product" >"$tmp/build-$product.log" 2>&1 \
       || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --product $product"; }
   done
 fi
 [ -n "${bin:-}" ] || bin="$(swift build -c release --show-bin-path)"
-[ -x "$bin/parley" ] && [ -x "$bin/upstream-simulator" ] || die "release binaries missing in $bin"
+[ -x "$bin/upstream-simulator" ] || die "release binary upstream-simulator missing in $bin"
+parley_bin="$(readlink -m "${BENCH_PARLEY_BIN:-$bin/parley}")"
+[ -x "$parley_bin" ] || die "the parley binary under test is missing or not executable: ${BENCH_PARLEY_BIN:-$bin/parley}"
+parley_sha="$(sha256sum "$parley_bin" | cut -c1-12)"
+# The scripts in scripts/bench/ take `parley` and `upstream-simulator` from one directory
+# (BIN): this one pairs the binary under test with the simulator just built.
+mkdir -p "$tmp/bin"
+ln -s "$parley_bin" "$tmp/bin/parley"
+ln -s "$bin/upstream-simulator" "$tmp/bin/upstream-simulator"
 
 # ---------------------------------------------------------------- PostgreSQL (scripts/bench/common.sh)
 read -r pg_port sim_port nginx_port haproxy_port parley_port < <(free_ports 5)
@@ -205,6 +239,9 @@ destinations:
       clientId: parley-confidential
       clientSecret: s3cret
       scopes: [read]
+  - name: bench-jar
+    url: http://127.0.0.1:$sim_port
+    basic: {}
 YAML
 keys="k1:$(openssl rand -base64 32)"
 parley_pid=""
@@ -214,7 +251,7 @@ start_parley() {
   t0="$(now_ns)"
   PARLEY_DATABASE_URL="$database_url" PARLEY_ENCRYPTION_KEYS="$keys" PARLEY_DESTINATIONS="$tmp/destinations.yaml" \
     PARLEY_LOG_LEVEL=warning PARLEY_LISTEN="127.0.0.1:$parley_port" PARLEY_RATE_LIMIT_PROXY="${PARLEY_RATE_LIMIT_PROXY:-off}" \
-    "$bin/parley" serve >"$log" 2>&1 &
+    "$parley_bin" serve >"$log" 2>&1 &
   parley_pid=$!
   pids+=("$parley_pid")
   wait_http_200 "http://127.0.0.1:$parley_port/readyz" 30 || { cat "$log" >&2; die "Parley did not become ready within 30 s"; }
@@ -257,6 +294,19 @@ code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token_
 echo_auth="$(curl -s -H "Authorization: Bearer $token_cc" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["headers"].get("authorization", [""])[0][:7])')"
 [ "$echo_auth" = "Bearer " ] || die "the proxied request on bench-cc carried no bearer token"
+# With a cookie jar: a Basic destination on the same upstream, registered with the simulator's
+# user (alice / wonderland, SimulatorConfiguration's defaults) so that a Basic challenge would be
+# answered. One proxied call to /cookies/set fills the registration's jar with 20 cookies;
+# afterwards every proxied request carries them.
+token_jar="$(curl -s -f -XPOST "http://127.0.0.1:$parley_port/v1/registrations" \
+  -d '{"destination":"bench-jar","credentials":{"username":"alice","password":"wonderland"}}' \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientToken"])')" || die "POST /v1/registrations (bench-jar) failed"
+code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token_jar" "http://127.0.0.1:$parley_port/v1/proxy/cookies/set?n=20")"
+[ "$code" = "200" ] || die "GET /v1/proxy/cookies/set?n=20 through Parley (bench-jar) answered $code"
+jar_cookies="$(curl -s -H "Authorization: Bearer $token_jar" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" \
+  | python3 -c 'import json,sys; print(sum(len(v.split(";")) for v in json.load(sys.stdin)["headers"].get("cookie", [])))')" \
+  || die "GET /v1/proxy/echo/bench through Parley (bench-jar) gave no echo"
+[ "$jar_cookies" = "20" ] || die "the proxied request on bench-jar carried $jar_cookies cookies, expected the jar's 20"
 
 # ---------------------------------------------------------------- load
 pg_pids() {
@@ -411,6 +461,7 @@ for round in 1 2; do
   run_wrk "haproxy_r$round" "http://127.0.0.1:$haproxy_port/echo/bench"
   run_wrk "parley_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
   run_wrk "parleycc_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
+  run_wrk "parleyjar_r$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_jar"
   run_h2load "h2direct_r$round" "http://127.0.0.1:$sim_port/echo/bench"
   run_h2load "h2nginx_r$round" "http://127.0.0.1:$nginx_port/echo/bench"
   run_h2load "h2haproxy_r$round" "http://127.0.0.1:$haproxy_port/echo/bench"
@@ -428,7 +479,7 @@ best_of() {
   cp "$tmp/conns-$pick.txt" "$tmp/conns-$name.txt" 2>/dev/null || true
   printf -v "rounds_$name" '%s' "${!a} / ${!b}"
 }
-for n in direct nginx haproxy parley parleycc; do best_of "$n" p50 p90 p99 err; done
+for n in direct nginx haproxy parley parleycc parleyjar; do best_of "$n" p50 p90 p99 err; done
 for n in h2direct h2nginx h2haproxy h2parley; do best_of "$n" mean sd max failed; done
 xact_parley="$xact_parley_r1" xact_req_parley="$req_parley_r1"
 # Breakdown of Parley's own cost: the HTTP stack and middleware alone (/healthz: no
@@ -445,6 +496,7 @@ run_wrk nginx1 "http://127.0.0.1:$nginx_port/echo/bench"
 run_wrk haproxy1 "http://127.0.0.1:$haproxy_port/echo/bench"
 run_wrk parley1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token"
 run_wrk parleycc1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_cc"
+run_wrk parleyjar1 "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $token_jar"
 run_wrk healthz1 "http://127.0.0.1:$parley_port/healthz"
 run_wrk me1 "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: Bearer $token"
 
@@ -452,21 +504,11 @@ run_wrk me1 "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: 
 say "bench: ${download_mib} MiB proxied download" >&2
 sleep 1
 rss_before_kib="$(rss_kib "$parley_pid")"
-rss_peak_kib="$rss_before_kib"
 curl -s -o /dev/null -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n' \
   -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/files/big?mb=$download_mib" >"$tmp/download.txt" &
 curl_pid=$!
 pids+=("$curl_pid")
-samples=0
-while kill -0 "$curl_pid" 2>/dev/null; do
-  r="$(rss_kib "$parley_pid")"
-  [ "$r" -gt "$rss_peak_kib" ] && rss_peak_kib="$r"
-  samples=$((samples + 1))
-  sleep 0.1
-done
-r="$(rss_kib "$parley_pid")"  # one more sample as the download ends (a short one may fit between samples)
-[ "$r" -gt "$rss_peak_kib" ] && rss_peak_kib="$r"
-samples=$((samples + 1))
+read -r rss_peak_kib samples < <(peak_rss_while "$curl_pid" "$rss_before_kib")
 wait "$curl_pid" || die "the proxied download failed (curl exit $?)"
 forget "$curl_pid"
 read -r dl_code dl_bytes dl_seconds dl_speed <"$tmp/download.txt"
@@ -487,18 +529,11 @@ say "bench: ${download_mib} MiB proxied upload" >&2
 upload_file="$tmp/upload.bin"
 head -c "$(( download_mib << 20 ))" /dev/zero >"$upload_file"
 ul_rss_before_kib="$(rss_kib "$parley_pid")"
-ul_rss_peak_kib="$ul_rss_before_kib"
 curl -s -o "$tmp/upload-answer.json" -w '%{http_code} %{size_upload} %{time_total} %{speed_upload}\n' -T "$upload_file" \
   -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" >"$tmp/upload.txt" &
 curl_pid=$!
 pids+=("$curl_pid")
-while kill -0 "$curl_pid" 2>/dev/null; do
-  r="$(rss_kib "$parley_pid")"
-  [ "$r" -gt "$ul_rss_peak_kib" ] && ul_rss_peak_kib="$r"
-  sleep 0.1
-done
-r="$(rss_kib "$parley_pid")"
-[ "$r" -gt "$ul_rss_peak_kib" ] && ul_rss_peak_kib="$r"
+read -r ul_rss_peak_kib _ < <(peak_rss_while "$curl_pid" "$ul_rss_before_kib")
 wait "$curl_pid" || die "the proxied upload failed (curl exit $?)"
 forget "$curl_pid"
 read -r ul_code ul_bytes ul_seconds ul_speed <"$tmp/upload.txt"
@@ -510,17 +545,24 @@ read -r ngul_code ngul_bytes ngul_seconds ngul_speed < <(curl -s -o /dev/null \
 [ "$ngul_code" = "200" ] || die "the upload through nginx answered $ngul_code"
 # One transfer of a gigabyte on two shared cores varies by a factor of 1.5 between runs:
 # two more of each, alternating, and the throughputs reported are the medians of three.
-transfer() {  # transfer up|down URL [header] -> "code bytes speed"
+# transfer up|chunked|down URL [header] — one transfer of the test file; prints the speed
+# (bytes/s). A chunked upload has no size to count against, so its bytes are the ones the
+# simulator's echo counted (its answer stays in $tmp/chunked-answer.json).
+transfer() {
   local direction="$1" url="$2"; shift 2
   local extra=() out
   [ "$#" -gt 0 ] && extra=(-H "$1")
-  if [ "$direction" = up ]; then
-    out="$(curl -s -o /dev/null -w '%{http_code} %{size_upload} %{speed_upload}' -T "$upload_file" "${extra[@]}" "$url")"
-  else
-    out="$(curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "${extra[@]}" "$url")"
-  fi
+  case "$direction" in
+    up) out="$(curl -s -o /dev/null -w '%{http_code} %{size_upload} %{speed_upload}' -T "$upload_file" "${extra[@]}" "$url")" ;;
+    chunked)
+      out="$(curl -s -o "$tmp/chunked-answer.json" -w '%{http_code} %{size_upload} %{speed_upload}' -T "$upload_file" \
+        -H 'Transfer-Encoding: chunked' "${extra[@]}" "$url")"
+      set -- $out
+      out="$1 $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("bodyBytes"))' "$tmp/chunked-answer.json" 2>/dev/null) $3" ;;
+    down) out="$(curl -s -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' "${extra[@]}" "$url")" ;;
+  esac
   set -- $out
-  [ "$1" = 200 ] && [ "$2" = "$(( download_mib << 20 ))" ] || die "a repeated ${direction}load answered $1 with $2 bytes ($url)"
+  [ "$1" = 200 ] && [ "$2" = "$(( download_mib << 20 ))" ] || die "a ${direction} transfer answered $1 with $2 bytes ($url)"
   echo "$3"
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -534,12 +576,47 @@ done
 ul_speed="$(median "${ul_runs[@]}")" ngul_speed="$(median "${ngul_runs[@]}")"
 dl_speed="$(median "${dl_runs[@]}")" ngdl_speed="$(median "${ngdl_runs[@]}")"
 mibps_list() { local v out=""; for v in "$@"; do out+="$(awk -v s="$v" 'BEGIN { printf "%.0f", s / 1048576 }') "; done; echo "${out% }"; }
+
+# ---------------------------------------------------------------- a chunked upload
+# The same file as a PUT without Content-Length (Transfer-Encoding: chunked), as a client sends
+# a body whose size it does not know: Parley learns the length only at the body's end. nginx
+# takes it in the same location as the upload above (HTTP/1.1 to the simulator, request
+# buffering off, so it streams the chunks on). Three transfers each way, alternating; medians;
+# the RSS figures are from the first transfer through Parley.
+say "bench: ${download_mib} MiB proxied chunked upload" >&2
+seen_framing() {  # the echo answer FILE -> the Transfer-Encoding and Content-Length headers the upstream saw
+  python3 -c 'import json,sys; h = json.load(open(sys.argv[1]))["headers"]
+print("; ".join(f"{n}: {v}" for n in ("Transfer-Encoding", "Content-Length") for v in h.get(n.lower(), [])) or "neither")' "$1"
+}
+# curl sends chunked when told to: checked with a small body straight at the simulator, whose
+# echo lists the request headers it received.
+head -c 65536 /dev/zero >"$tmp/chunked-check.bin"
+curl -s -f -o "$tmp/chunked-check.json" -T "$tmp/chunked-check.bin" -H 'Transfer-Encoding: chunked' \
+  "http://127.0.0.1:$sim_port/echo/chunked" || die "a chunked upload straight to the simulator failed"
+[ "$(seen_framing "$tmp/chunked-check.json")" = "Transfer-Encoding: chunked" ] \
+  || die "curl did not send the upload chunked (the simulator saw $(seen_framing "$tmp/chunked-check.json"))"
+ch_rss_before_kib="$(rss_kib "$parley_pid")"
+transfer chunked "http://127.0.0.1:$parley_port/v1/proxy/echo/chunked" "Authorization: Bearer $token" >"$tmp/chunked.txt" &
+curl_pid=$!
+pids+=("$curl_pid")
+read -r ch_rss_peak_kib _ < <(peak_rss_while "$curl_pid" "$ch_rss_before_kib")
+wait "$curl_pid" || die "the proxied chunked upload failed"
+forget "$curl_pid"
+# How Parley framed the body towards the upstream: chunked, or with a Content-Length.
+ch_upstream_framing="$(seen_framing "$tmp/chunked-answer.json")"
+ch_runs=("$(cat "$tmp/chunked.txt")")
+ngch_runs=("$(transfer chunked "http://127.0.0.1:$nginx_port/echo/chunked")")
+for _ in 2 3; do
+  ch_runs+=("$(transfer chunked "http://127.0.0.1:$parley_port/v1/proxy/echo/chunked" "Authorization: Bearer $token")")
+  ngch_runs+=("$(transfer chunked "http://127.0.0.1:$nginx_port/echo/chunked")")
+done
+ch_speed="$(median "${ch_runs[@]}")" ngch_speed="$(median "${ngch_runs[@]}")"
 rm -f "$upload_file"
-unset token token_cc
+unset token token_cc token_jar
 
 # ---------------------------------------------------------------- scale, refresh storm, revocation propagation
 # Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
-extra_env=(BIN="$bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
+extra_env=(BIN="$tmp/bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
   PSQL="$PSQL")
 for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do
   say "bench: scripts/bench/$extra" >&2
@@ -588,25 +665,35 @@ ngdl_mibps="$(awk -v s="$ngdl_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
 ul_mibps="$(awk -v s="$ul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
 ngul_mibps="$(awk -v s="$ngul_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
 ul_growth_kib=$(( ul_rss_peak_kib - ul_rss_before_kib ))
+ch_mibps="$(awk -v s="$ch_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ngch_mibps="$(awk -v s="$ngch_speed" 'BEGIN { printf "%.0f", s / 1048576 }')"
+ch_growth_kib=$(( ch_rss_peak_kib - ch_rss_before_kib ))
 conns() { [ -s "$tmp/conns-$1.txt" ] && grep -c "\"$2" "$tmp/conns-$1.txt" || echo 0; }
-conns_nginx="$(conns nginx nginx)"; conns_haproxy="$(conns haproxy haproxy)"; conns_parley="$(conns parley parley)"; conns_parleycc="$(conns parleycc parley)"
+conns_nginx="$(conns nginx nginx)"; conns_haproxy="$(conns haproxy haproxy)"; conns_parley="$(conns parley parley)"; conns_parleycc="$(conns parleycc parley)"; conns_parleyjar="$(conns parleyjar parley)"
 cpu_us() { per_req_us "$(eval echo "\$cpu_$1_$2")" "$(eval echo "\$req_$2")"; }
 add_p50_parley1="$(diff_ms "$p50_parley1" "$p50_direct1")"
 add_p50_parleycc1="$(diff_ms "$p50_parleycc1" "$p50_direct1")"
 add_p99_parleycc="$(diff_ms "$p99_parleycc" "$p99_direct")"
 tp_parleycc_nginx="$(ratio "$rps_parleycc" "$rps_nginx")"
-within10() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 && a <= b * 1.1 && a >= b * 0.9) }'; }
+add_p50_parleyjar1="$(diff_ms "$p50_parleyjar1" "$p50_direct1")"
+add_p99_parleyjar="$(diff_ms "$p99_parleyjar" "$p99_direct")"
+tp_parleyjar_nginx="$(ratio "$rps_parleyjar" "$rps_nginx")"
+# within PCT A B — 1 when A is within PCT % of B, either way.
+within() { awk -v p="$1" -v a="$2" -v b="$3" 'BEGIN { print (b > 0 && a <= b * (1 + p / 100) && a >= b * (1 - p / 100)) }'; }
+# Parley's CPU per proxied request over nginx's, both from the same round's load runs.
+cpu_parley_over_nginx="$(ratio "$(cpu_us parley parley)" "$(cpu_us nginx nginx)")"
 
 say ""
 say "================ Parley benchmark ================"
 say "date:      $(date -u '+%Y-%m-%d %H:%M UTC')"
 say "machine:   $(nproc) cores ($(lscpu 2>/dev/null | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)"
-say "commit:    $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- Sources 2>/dev/null || echo ' (+ uncommitted changes in Sources)')"
+say "commit:    $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- Sources 2>/dev/null || echo ' (+ uncommitted changes in Sources)')${BENCH_PARLEY_BIN:+ (the simulator and the scripts; Parley is the binary below)}"
+say "parley bin: $parley_bin (sha256 $parley_sha)${BENCH_PARLEY_BIN:+, from BENCH_PARLEY_BIN}"
 say "tools:     $(wrk -v 2>&1 | head -1 | awk '{print "wrk", $2}'), h2load $(h2load --version 2>&1 | head -1 | awk '{print $2}'), $(nginx -v 2>&1 | sed 's/.*: //'), HAProxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'), PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}'), $(swift --version 2>/dev/null | head -1 | sed 's/ (.*//')"
 say "other work: the machine was ${busy_before}% busy (2 s sample) just before the load runs, with our servers idle"
 inherited="$(env | awk -F= '/^PARLEY_/ && $1 !~ /^PARLEY_(DATABASE_URL|ENCRYPTION_KEYS|DESTINATIONS|MIGRATIONS_DIR|LOG_LEVEL|LISTEN)$/ {
   print ($1 ~ /TOKEN|KEY|SECRET|PASSWORD|URL/) ? $1 "=(set)" : $0 }' | sort | tr '\n' ' ')"
-say "parley:    PARLEY_LOG_LEVEL=warning, no auth blocks on the destination${inherited:+; inherited from the environment: $inherited}"
+say "parley:    PARLEY_LOG_LEVEL=warning; destinations bench (no auth blocks), bench-cc (client credentials), bench-jar (Basic, a jar of 20 cookies)${inherited:+; inherited from the environment: $inherited}"
 say "NOTE:      wrk (or h2load), Parley, the simulator, nginx, HAProxy and PostgreSQL share these $(nproc) cores;"
 say "           every figure below includes that contention (the load generator competes with the server)."
 say ""
@@ -617,12 +704,13 @@ row "nginx proxy_pass -> simulator" nginx
 row "HAProxy -> simulator" haproxy
 row "Parley /v1/proxy -> simulator" parley
 row "Parley, client-credentials token" parleycc
-for n in direct nginx haproxy parley parleycc; do
+row "Parley, Basic + jar of 20 cookies" parleyjar
+for n in direct nginx haproxy parley parleycc parleyjar; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
 say "(each path ran twice, interleaved; the faster run is shown. requests/s of both rounds: direct $rounds_direct,"
-say " nginx $rounds_nginx, HAProxy $rounds_haproxy, Parley $rounds_parley, Parley with token $rounds_parleycc)"
+say " nginx $rounds_nginx, HAProxy $rounds_haproxy, Parley $rounds_parley, Parley with token $rounds_parleycc, Parley with cookies $rounds_parleyjar)"
 say "(nginx: 1 worker, upstream keepalive 64; HAProxy $(haproxy -v 2>&1 | head -1 | awk '{print $3}'): nbthread 1, http-reuse always, no logging)"
 say "('other %': share of the machine's CPU time during that run used by processes outside this benchmark;"
 say " above a few % the run was disturbed by other work)"
@@ -635,6 +723,7 @@ row "nginx proxy_pass -> simulator" nginx1
 row "HAProxy -> simulator" haproxy1
 row "Parley /v1/proxy -> simulator" parley1
 row "Parley, client-credentials token" parleycc1
+row "Parley, Basic + jar of 20 cookies" parleyjar1
 row "Parley GET /healthz (no DB)" healthz1
 row "Parley GET /v1/registrations/me" me1
 say "added p50 at 1 connection: parley - direct = $(diff_ms "$p50_parley1" "$p50_direct1") ms, nginx - direct = $(diff_ms "$p50_nginx1" "$p50_direct1") ms, haproxy - direct = $(diff_ms "$p50_haproxy1" "$p50_direct1") ms"
@@ -644,7 +733,7 @@ say ""
 say "Parley breakdown (same wrk settings as the load runs; no upstream involved):"
 row "Parley GET /healthz (no DB)" healthz
 row "Parley GET /v1/registrations/me" me
-for n in healthz me direct1 nginx1 haproxy1 parley1 parleycc1 healthz1 me1; do
+for n in healthz me direct1 nginx1 haproxy1 parley1 parleycc1 parleyjar1 healthz1 me1; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
@@ -677,7 +766,7 @@ say "load generators: parley/nginx is $tp_parley_nginx with wrk, $h2_parley_ngin
 say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
 printf '%-22s %10s %10s %10s %11s %12s %12s\n' "run" "parley us" "sim us" "nginx us" "haproxy us" "postgres us" "load gen us"
-for n in direct nginx haproxy parley parleycc healthz me h2direct h2nginx h2haproxy h2parley; do
+for n in direct nginx haproxy parley parleycc parleyjar healthz me h2direct h2nginx h2haproxy h2parley; do
   r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; ch="cpu_haproxy_$n"; cg="cpu_pg_$n"; cw="cpu_gen_$n"
   printf '%-22s %10s %10s %10s %11s %12s %12s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
     "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!ch}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
@@ -687,7 +776,7 @@ say "(clock ticks of $((1000 / hz)) ms, so small figures are coarse)"
 say "PostgreSQL transactions per proxied GET: $(ratio "$xact_parley" "$xact_req_parley") ($xact_parley for $xact_req_parley requests of the first round, warm-up excluded)"
 say ""
 say "-- upstream connections open to the simulator halfway through each load run (ss) --"
-say "nginx: $conns_nginx (keepalive 64); HAProxy: $conns_haproxy (http-reuse always); Parley: $conns_parley (libcurl, at most ${PARLEY_UPSTREAM_CONNECTIONS_PER_HOST:-32} per host: PARLEY_UPSTREAM_CONNECTIONS_PER_HOST); Parley with tokens: $conns_parleycc"
+say "nginx: $conns_nginx (keepalive 64); HAProxy: $conns_haproxy (http-reuse always); Parley: $conns_parley (libcurl, at most ${PARLEY_UPSTREAM_CONNECTIONS_PER_HOST:-32} per host: PARLEY_UPSTREAM_CONNECTIONS_PER_HOST); Parley with tokens: $conns_parleycc; Parley with cookies: $conns_parleyjar"
 say ""
 say "-- resident memory and start-up --"
 say "first start, empty database (runs migrations): $first_start_ms ms to /readyz 200"
@@ -699,19 +788,23 @@ say "  the same download through nginx: median $ngdl_mibps MiB/s of $(mibps_list
 say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s (first of three); median $ul_mibps MiB/s of $(mibps_list "${ul_runs[@]}"); through nginx $ngul_mibps MiB/s of $(mibps_list "${ngul_runs[@]}")"
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
 say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
+say "${download_mib} MiB proxied chunked upload (PUT, Transfer-Encoding: chunked, no Content-Length): median $ch_mibps MiB/s of $(mibps_list "${ch_runs[@]}"); through nginx $ngch_mibps MiB/s of $(mibps_list "${ngch_runs[@]}")"
+say "  RSS before $(mib "$ch_rss_before_kib") MiB, peak $(mib "$ch_rss_peak_kib") MiB, growth $(mib "$ch_growth_kib") MiB (first transfer); the upstream received it with $ch_upstream_framing"
 say ""
 for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
-say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.5, aim 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.5)}')"))"
+say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.8)}')"))"
 say "RESULT throughput parley/haproxy = $tp_parley_haproxy (haproxy/nginx = $tp_haproxy_nginx)"
 say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct, haproxy/direct = $tp_haproxy_direct)"
 say "RESULT load generators: parley/nginx wrk $tp_parley_nginx, h2load $h2_parley_nginx ($gen_gap_pct % apart: $gen_verdict); parley/haproxy wrk $tp_parley_haproxy, h2load $h2_parley_haproxy"
-say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target < 2 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d < 2)}')")); nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
-say "RESULT CPU per proxied request: Parley $(cpu_us parley parley) us (target <= 100 us: $(verdict "$(awk -v c="$(cpu_us parley parley)" 'BEGIN{print (c <= 100)}')")); nginx $(cpu_us nginx nginx) us, HAProxy $(cpu_us haproxy haproxy) us"
-say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.25 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.25)}')")); p99 $add_p99_parley1 ms"
-say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
+say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target <= 1 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d <= 1)}')")); nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
+say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (target <= 3: $(verdict "$(awk -v r="$cpu_parley_over_nginx" 'BEGIN{print (r <= 3)}')")); Parley $(cpu_us parley parley) us, nginx $(cpu_us nginx nginx) us, HAProxy $(cpu_us haproxy haproxy) us"
+say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
+say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within 10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within 10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
+say "RESULT cookie jar (Basic, 20 cookies): throughput $rps_parleyjar vs $rps_parley req/s ($(verdict "$(within 15 "$rps_parleyjar" "$rps_parley")") within 15 %), parley/nginx $tp_parleyjar_nginx; CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us ($(verdict "$(within 15 "$(cpu_us parley parleyjar)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
+say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
 say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
 say "RESULT cold start to ready = $cold_start_ms ms (target <= 300 ms: $(verdict "$(( cold_start_ms <= 300 ))")); first start with migrations = $first_start_ms ms"

@@ -16,6 +16,8 @@ import ParleyCrypto
 /// - `GET /slow?ms=N` — answers after N ms.
 /// - `GET /stall` — headers and a few bytes, then nothing until the client goes away.
 /// - `GET /status/{code}` — answers with that status.
+/// - `GET /cookies/set?n=N` — `{"cookies":N}` and N `Set-Cookie: jar<i>=<24 random characters>;
+///   Path=/; HttpOnly` (i from 1; N in 0...50, `400` otherwise), to fill a client's cookie jar.
 /// - SMP registration, CSRF and Basic-only uploads: `SMPRoutes.swift`; OAuth2: `OAuth2Server.swift`;
 ///   the SAML2 service provider at `/sp`: `SAMLServiceProvider.swift`; its mock IdP at `/idp`:
 ///   `MockIdP.swift`; Basic + OTP at `/basic-otp`: `BasicOTPArea.swift`; the OTP stage they
@@ -105,6 +107,10 @@ private struct DataAnswer: Encodable {
 private struct UploadAnswer: Encodable {
     let bytes: Int
     let sha256: String
+}
+
+private struct CookiesAnswer: Encodable {
+    let cookies: Int
 }
 
 private struct EchoAnswer: Encodable {
@@ -239,6 +245,19 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
                 try await writer.finish(nil)
             }
         )
+    }
+
+    router.get("/cookies/set") { request, _ -> Response in
+        state.record("GET /cookies/set")
+        guard let count = request.uri.queryParameters["n"].flatMap({ Int($0) }), (0...50).contains(count) else {
+            return SimHTTP.text("n must be in 0...50", status: .badRequest)
+        }
+        var response = json(CookiesAnswer(cookies: count))
+        for i in 0..<count {
+            // 18 random bytes are 24 base64url characters, all of them valid in a cookie value.
+            response.headers[values: .setCookie].append("jar\(i + 1)=\(SecureRandom.token(byteCount: 18)); Path=/; HttpOnly")
+        }
+        return response
     }
 
     router.get("/status/{code}") { _, context -> Response in

@@ -212,3 +212,38 @@ struct SMPTests {
         }
     }
 }
+
+@Suite("GET /cookies/set of the upstream simulator")
+struct CookieJarRouteTests {
+    @Test("n=20 sets 20 cookies jar1…jar20, each with a 24-character value, Path=/ and HttpOnly; n outside 0...50 is 400")
+    func setsCookies() async throws {
+        try await withSimulator { port, _ in
+            let response = try await get(port, "/cookies/set?n=20")
+            #expect(response.status == 200)
+            #expect(response.json?["cookies"] as? Int == 20)
+            let cookies = response.headers("Set-Cookie")
+            #expect(cookies.count == 20)
+            let pattern = try Regex(#"^jar([0-9]+)=([A-Za-z0-9_-]{24}); Path=/; HttpOnly$"#)
+            var names: [Int] = []
+            for cookie in cookies {
+                let match = try #require(cookie.wholeMatch(of: pattern), "unexpected Set-Cookie: \(cookie)")
+                names.append(try #require(Int(String(match.output[1].substring ?? ""))))
+            }
+            #expect(names.sorted() == Array(1...20))
+            #expect(Set(cookies.map { $0.split(separator: ";")[0] }).count == 20)
+
+            let none = try await get(port, "/cookies/set?n=0")
+            #expect(none.status == 200)
+            #expect(none.json?["cookies"] as? Int == 0)
+            #expect(none.headers("Set-Cookie").isEmpty)
+
+            for bad in ["51", "-1", "many"] {
+                let refused = try await get(port, "/cookies/set?n=\(bad)")
+                #expect(refused.status == 400)
+                #expect(refused.text == "n must be in 0...50")
+                #expect(refused.headers("Set-Cookie").isEmpty)
+            }
+            #expect(try await get(port, "/cookies/set").status == 400)
+        }
+    }
+}

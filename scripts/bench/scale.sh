@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Scale: proxied p99 with 1,000,000 registrations in the database (10,000 of them active
-# in the run) against the figure with 1,000 (target: within 1.1×).
+# in the run) against the figure with 1,000 (target: within 1.1× in every one of SCALE_RUNS
+# runs, by default 3).
 #
-# One Parley instance, destination `bench` (no auth) → the simulator's /echo/bench.
-# Registrations are written straight into the table by SQL with known client tokens
-# (pct_bench_<i>, stored as SHA-256 like Parley does), marked device_type = 'bench-scale'
-# (a column without an index).
-#   1. 1,000 rows; wrk cycles through their 1,000 tokens.
-#   2. the table grown to 1,000,000 rows (INSERT … generate_series, VACUUM ANALYZE);
-#      a new instance (empty caches, like the first case's); wrk cycles through 10,000
-#      of the tokens.
+# Destination `bench` (no auth) → the simulator's /echo/bench. Every measured run has a
+# Parley instance of its own, started for it (empty caches). Registrations are written
+# straight into the table by SQL with known client tokens (pct_bench_<i>, stored as SHA-256
+# like Parley does), marked device_type = 'bench-scale' (a column without an index).
+#   1. 1,000 rows; SCALE_RUNS runs in which wrk cycles through their 1,000 tokens.
+#   2. the table grown to 1,000,000 rows (INSERT … generate_series, VACUUM ANALYZE,
+#      CHECKPOINT); SCALE_RUNS runs in which wrk cycles through 10,000 of the tokens.
+# Run i of the large case is compared with run i of the small case: one p99 ratio per pair,
+# and the target is met in a pair when its ratio is at most 1.1.
 # Before each measured run a warm-up (curl, 32 requests in parallel) touches every token of
 # the run once, so the first use of a token (a database lookup) is not in the figure; then
 # `wrk -t2 -c32 -d10s --latency` with a Lua script that gives each request the next token.
@@ -19,8 +21,9 @@
 #
 # Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs
 # SCALE_SMALL (1000), SCALE_TOTAL (1000000), SCALE_ACTIVE (10000),
+# SCALE_RUNS (3: measured runs of each case, so as many pairs),
 # BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s), SCALE_CLEANUP=1,
-# SCALE_PROFILE=1 (perf record Parley during the large run; top frames at the end).
+# SCALE_PROFILE=1 (perf record Parley during the first large run; top frames at the end).
 # Exits non-zero only when something could not run (including a non-2xx answer).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,7 +39,9 @@ active="${SCALE_ACTIVE:-10000}"
 threads="${BENCH_THREADS:-2}"
 connections="${BENCH_CONNECTIONS:-32}"
 duration="${BENCH_DURATION:-10s}"
+runs="${SCALE_RUNS:-3}"
 [ "$active" -le "$total" ] && [ "$small" -le "$active" ] || die "need SCALE_SMALL <= SCALE_ACTIVE <= SCALE_TOTAL"
+[[ "$runs" =~ ^[1-9][0-9]*$ ]] || die "SCALE_RUNS must be a positive number (got '$runs')"
 
 dir="$TMP/scale"
 mkdir -p "$dir"
@@ -65,15 +70,17 @@ destinations:
   - name: bench
     url: http://127.0.0.1:$SIM_PORT
 YAML
-# start_parley NAME — a fresh instance (empty caches) for one case; sets parley_pid and url.
+# start_parley NAME — a fresh instance (empty caches) for one run, after stopping the one
+# before; sets parley_pid and url.
 start_parley() {
   local port
+  stop_parley_instances
   read -r port < <(free_ports 1)
   start_parley_instance "$port" "$dir/destinations.yaml" "$dir/parley-$1.log"
   parley_pid="$last_parley_pid"
   url="http://127.0.0.1:$port/v1/proxy/echo/bench"
 }
-start_parley small  # runs the migrations on an empty database
+start_parley small1  # runs the migrations on an empty database
 
 # ---------------------------------------------------------------- rows
 # Rows [from, to) with client tokens pct_bench_<i>. Random ids as Parley makes them, but
@@ -143,7 +150,7 @@ measure() {
   c_parley="$(cpu_ticks "$parley_pid")"; c_pg="$(cpu_ticks $pg_pids)"
   read -r m_busy m_all < <(machine_ticks)
   local perf_pid=""
-  if [ "$name" = large ] && [ "${SCALE_PROFILE:-}" = "1" ]; then
+  if [ "$name" = large1 ] && [ "${SCALE_PROFILE:-}" = "1" ]; then
     perf record -F 999 -g -p "$parley_pid" -o "$dir/perf.data" -- sleep "${duration%s}" >"$dir/perf-record.log" 2>&1 &
     perf_pid=$!
   fi
@@ -176,8 +183,11 @@ measure() {
 
 t_start="$(now_ns)"
 rows_small="$(psql_value "SELECT count(*) FROM registrations")"
-say "scale: $rows_small registrations in the table; warm-up over $small tokens, then wrk -t$threads -c$connections -d$duration --latency cycling through them"
-measure small "$small"
+say "scale: $rows_small registrations in the table; $runs runs, each a new Parley instance, a warm-up over $small tokens, then wrk -t$threads -c$connections -d$duration --latency cycling through them"
+for i in $(seq "$runs"); do
+  [ "$i" -eq 1 ] || start_parley "small$i"
+  measure "small$i" "$small"
+done
 
 say "scale: growing the table to $total rows of this script"
 t0="$(now_ns)"
@@ -194,26 +204,48 @@ vacuum_ms=$(( ($(now_ns) - t0) / 1000000 ))
 rows_large="$(psql_value "SELECT count(*) FROM registrations")"
 table_mib="$(psql_value "SELECT round(pg_total_relation_size('registrations') / 1048576.0)")"
 say "scale: inserted $(( total - small )) rows in $insert_ms ms, VACUUM ANALYZE + CHECKPOINT + sync $vacuum_ms ms; $rows_large rows, $table_mib MiB with indexes"
-# A fresh instance, so that both cases start from empty caches: entries cached in the first
-# case would reach their 60 s safety-net lifetime during this run, all at once.
-stop_parley_instances
-start_parley large
-say "scale: a new Parley instance; warm-up over $active tokens, then the same wrk run cycling through them"
-measure large "$active"
+# A new instance for every run, so that each starts from empty caches: entries cached in an
+# earlier run would reach their 60 s safety-net lifetime during this one, all at once.
+say "scale: $runs runs, each a new Parley instance, a warm-up over $active tokens, then the same wrk run cycling through them"
+for i in $(seq "$runs"); do
+  start_parley "large$i"
+  measure "large$i" "$active"
+done
 elapsed_s=$(( ($(now_ns) - t_start) / 1000000000 ))
 
-ratio="$(awk -v a="$p99_large" -v b="$p99_small" 'BEGIN { printf "%.2f", a / b }')"
-verdict="$(awk -v r="$ratio" 'BEGIN { print (r <= 1.1 ? "met" : "MISSED") }')"
+# One p99 ratio per pair (large run i over small run i); met_runs counts the pairs within 1.1.
+ratios=() met_runs=0
+for i in $(seq "$runs"); do
+  a="p99_large$i" b="p99_small$i"
+  ratios+=("$(awk -v a="${!a}" -v b="${!b}" 'BEGIN { printf "%.2f", a / b }')")
+  awk -v r="${ratios[-1]}" 'BEGIN { exit !(r <= 1.1) }' && met_runs=$(( met_runs + 1 ))
+done
 say ""
 say "-- scale: proxied GET /echo/bench, wrk -t$threads -c$connections -d$duration, each request with the next token --"
-printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "case" "requests/s" "p50 ms" "p90 ms" "p99 ms" "requests" "parley us" "pg us" "busy %"
-printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "$rows_small rows, $small tokens active" "$rps_small" "$p50_small" "$p90_small" "$p99_small" "$req_small" "$parley_us_small" "$pg_us_small" "$busy_small"
-printf '%-40s %11s %8s %8s %8s %9s %10s %8s %7s\n' "$rows_large rows, $active tokens active" "$rps_large" "$p50_large" "$p90_large" "$p99_large" "$req_large" "$parley_us_large" "$pg_us_large" "$busy_large"
-say "(warm-ups, not in the figures: every token once, $warm_ms_small ms and $warm_ms_large ms; 'parley us'/'pg us': CPU per request"
+line() { printf '%-40s %4s %11s %8s %8s %8s %9s %10s %8s %7s %10s\n' "$@"; }
+line "case" "run" "requests/s" "p50 ms" "p90 ms" "p99 ms" "requests" "parley us" "pg us" "busy %" "p99 ratio"
+# case_row LABEL NAME RUN RATIO — one measured run.
+case_row() {
+  local r="rps_$2" a="p50_$2" b="p90_$2" c="p99_$2" n="req_$2" pu="parley_us_$2" gu="pg_us_$2" bu="busy_$2"
+  line "$1" "$3" "${!r}" "${!a}" "${!b}" "${!c}" "${!n}" "${!pu}" "${!gu}" "${!bu}" "$4"
+}
+for i in $(seq "$runs"); do case_row "$rows_small rows, $small tokens active" "small$i" "$i" "-"; done
+for i in $(seq "$runs"); do case_row "$rows_large rows, $active tokens active" "large$i" "$i" "${ratios[i - 1]}"; done
+warm_list() { local i w out=""; for i in $(seq "$runs"); do w="warm_ms_$1$i"; out+="${!w} "; done; echo "${out% }"; }
+say "(p99 ratio: p99 of that large run over p99 of the small run with the same number; warm-ups, not in the figures:"
+say " every token once, $(warm_list small) ms (small) and $(warm_list large) ms (large); 'parley us'/'pg us': CPU per request"
 say " of Parley and of the PostgreSQL backends; 'busy %': whole machine during the run, all work on it included)"
-for n in small large; do e="err_$n"; [ -z "${!e}" ] || say "  $n run, wrk reported: ${!e}"; done
-say "inserting $(( total - small )) registrations: $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; both runs with warm-ups and growth: ${elapsed_s} s"
-say "RESULT scale p99 with $rows_large registrations ($active active) / with $rows_small ($small active) = $ratio ($p99_large / $p99_small ms; p50 $p50_large / $p50_small ms; $rps_large / $rps_small requests/s) (target <= 1.1: $verdict)"
+for i in $(seq "$runs"); do
+  for n in "small$i" "large$i"; do e="err_$n"; [ -z "${!e}" ] || say "  $n run, wrk reported: ${!e}"; done
+done
+say "inserting $(( total - small )) registrations: $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; all $(( 2 * runs )) runs with warm-ups and growth: ${elapsed_s} s"
+p99_pairs="" p50_pairs="" rps_pairs=""
+for i in $(seq "$runs"); do
+  a="p99_large$i" b="p99_small$i"; p99_pairs+="${!a} / ${!b}, "
+  a="p50_large$i" b="p50_small$i"; p50_pairs+="${!a} / ${!b}, "
+  a="rps_large$i" b="rps_small$i"; rps_pairs+="${!a} / ${!b}, "
+done
+say "RESULT scale p99 with $rows_large registrations ($active active) / with $rows_small ($small active): ratios ${ratios[*]} (p99 ms ${p99_pairs%, }; p50 ms ${p50_pairs%, }; requests/s ${rps_pairs%, }) met in $met_runs of $runs runs (target $runs of $runs: $( [ "$met_runs" -eq "$runs" ] && echo met || echo MISSED))"
 if [ "${SCALE_PROFILE:-}" = "1" ] && [ -s "$dir/perf.data" ]; then
   set +o pipefail
   say ""
