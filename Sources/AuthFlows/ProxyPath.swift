@@ -44,8 +44,8 @@ public enum ProxyPath {
     /// Whether a decoded segment reads as `.` or `..` to some server: servers that take
     /// `;` as a segment parameter (Tomcat, Jetty) read `..;x` as `..`.
     public static func isDotSegment(_ decoded: [UInt8]) -> Bool {
-        let dotPart = decoded.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false).first ?? []
-        return dotPart.elementsEqual([UInt8(ascii: ".")]) || dotPart.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")])
+        let dotPart = decoded[..<(decoded.firstIndex(of: UInt8(ascii: ";")) ?? decoded.endIndex)]
+        return (1...2).contains(dotPart.count) && dotPart.allSatisfy { $0 == UInt8(ascii: ".") }
     }
 }
 

@@ -61,9 +61,11 @@ struct PreparedRequest: Sendable {
         return (body.length ?? 1) > 0 || ["POST", "PUT", "PATCH"].contains(method)
     }
 
+    private static let tokenSymbols = Set("!#$%&'*+-.^_`|~".utf8)
+
     static func isToken(_ s: String) -> Bool {
         guard !s.isEmpty else { return false }
-        let allowed = Set("!#$%&'*+-.^_`|~".utf8)
+        let allowed = tokenSymbols
         for u in s.utf8 {
             let alnum = (u >= 0x30 && u <= 0x39) || (u >= 0x41 && u <= 0x5A) || (u >= 0x61 && u <= 0x7A)
             if !alnum && !allowed.contains(u) { return false }

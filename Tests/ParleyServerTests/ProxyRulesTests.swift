@@ -55,4 +55,35 @@ import Testing
             try ProxyPath.upstreamURL(baseURL: "https://upstream.example", rawPath: "x@evil.example:1", rawQuery: nil)
                 == "https://upstream.example/x@evil.example:1")
     }
+
+    /// The client token of `Authorization: Bearer …`, read byte by byte: the scheme in any
+    /// case, blanks around the token dropped; anything else is no bearer token.
+    @Test func aBearerTokenIsReadFromItsHeaderOnly() {
+        #expect(bearerToken(authorization: "Bearer pct_abc") == "pct_abc")
+        #expect(bearerToken(authorization: "bEaReR   pct_abc \t ") == "pct_abc")
+        #expect(bearerToken(authorization: "Bearer ") == nil)
+        #expect(bearerToken(authorization: "Bearer  \t ") == nil)
+        #expect(bearerToken(authorization: "Bearer\u{0}pct_abc") == nil)
+        #expect(bearerToken(authorization: "Bearerpct_abc") == nil)
+        #expect(bearerToken(authorization: "Basic YTpi") == nil)
+        #expect(bearerToken(authorization: "Bearér pct") == nil)
+        #expect(bearerToken(authorization: "bearer é") == "é")
+    }
+
+    /// A request target splits at the first `?` byte, below its prefix at a segment boundary.
+    @Test func aRequestTargetSplitsByBytes() {
+        #expect(RequestTarget.split("/v1/proxy/a/b?x=1?y", prefix: "/v1/proxy")! == ("a/b", "x=1?y"))
+        #expect(RequestTarget.split("/v1/proxy", prefix: "/v1/proxy")! == ("", nil))
+        #expect(RequestTarget.split("/v1/proxy/", prefix: "/v1/proxy")! == ("", nil))
+        #expect(RequestTarget.split("/v1/proxy?q", prefix: "/v1/proxy")! == ("", "q"))
+        #expect(RequestTarget.split("/v1/proxy/é?\u{301}b", prefix: "/v1/proxy")! == ("é", "\u{301}b"))
+        #expect(RequestTarget.split("/v1/proxyx/a", prefix: "/v1/proxy") == nil)
+        #expect(RequestTarget.split("//v1/proxy/a", prefix: "/v1/proxy") == nil)
+        #expect(RequestTarget.split("http://h/v1/proxy/a", prefix: "/v1/proxy") == nil)
+    }
+
+    @Test func dotSegmentsAreSeenAsServersSeeThem() {
+        for dot in [".", "..", ".;x", "..;", "..;a=b"] { #expect(ProxyPath.isDotSegment(Array(dot.utf8)), "\(dot)") }
+        for plain in ["", "...", ".a", "a.", ";..", "x;.."] { #expect(!ProxyPath.isDotSegment(Array(plain.utf8)), "\(plain)") }
+    }
 }

@@ -5,11 +5,21 @@ import ParleyCrypto
 
 /// Reads `Authorization: Bearer <token>`; nil when absent or not a bearer token.
 func bearerToken(_ request: Request) -> String? {
-    guard let authorization = request.headers[.authorization], authorization.utf8.count > 7,
-        authorization.prefix(7).lowercased() == "bearer "
+    request.headers[.authorization].flatMap(bearerToken(authorization:))
+}
+
+/// The token of an `Authorization: Bearer …` value (the scheme in any case, blanks around the
+/// token dropped); nil for another scheme or an empty token. Byte by byte: every proxied call
+/// reads it.
+func bearerToken(authorization: String) -> String? {
+    let bytes = authorization.utf8
+    guard bytes.count > 7, bytes.prefix(6).elementsEqual("bearer".utf8, by: { $0 | 0x20 == $1 }),
+        bytes.dropFirst(6).first == UInt8(ascii: " ")
     else { return nil }
-    let token = authorization.dropFirst(7).trimmingCharacters(in: .whitespaces)
-    return token.isEmpty ? nil : token
+    func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+    var token = bytes.dropFirst(7).drop(while: isBlank)
+    while let last = token.last, isBlank(last) { token = token.dropLast() }
+    return token.isEmpty ? nil : String(token)
 }
 
 /// A client token → its registration, into `context.registration`; `401 invalid_client_token`

@@ -15,7 +15,12 @@ final class SlowPeerGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let headTimeout: TimeAmount
     private let bodyIdleTimeout: TimeAmount
+    /// When the connection is closed unless progress moves it; nil while no clock runs.
+    private var deadline: NIODeadline?
+    /// The one scheduled check and when it runs. Moving the deadline later leaves it as it
+    /// is (it looks again when it runs), so a request costs no timer scheduling of its own.
     private var timer: Scheduled<Void>?
+    private var timerRuns: NIODeadline?
     private var readingBody = false
 
     init(headTimeout: Duration, bodyIdleTimeout: Duration) {
@@ -32,7 +37,7 @@ final class SlowPeerGuard: ChannelDuplexHandler, RemovableChannelHandler {
         if context.channel.isActive { arm(headTimeout, context: context) }
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) { disarm() }
+    func handlerRemoved(context: ChannelHandlerContext) { stop() }
 
     func channelActive(context: ChannelHandlerContext) {
         arm(headTimeout, context: context)
@@ -40,7 +45,7 @@ final class SlowPeerGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        disarm()
+        stop()
         context.fireChannelInactive()
     }
 
@@ -67,14 +72,36 @@ final class SlowPeerGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func arm(_ timeout: TimeAmount, context: ChannelHandlerContext) {
+        let deadline = NIODeadline.now() + timeout
+        self.deadline = deadline
+        if timer != nil, let timerRuns, timerRuns <= deadline { return }
+        schedule(at: deadline, context: context)
+    }
+
+    private func schedule(at when: NIODeadline, context: ChannelHandlerContext) {
         timer?.cancel()
-        timer = context.eventLoop.assumeIsolated().scheduleTask(in: timeout) {
-            context.close(promise: nil)
+        timerRuns = when
+        timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: when) {
+            self.timer = nil
+            self.timerRuns = nil
+            guard let deadline = self.deadline else { return }
+            if NIODeadline.now() >= deadline {
+                context.close(promise: nil)
+            } else {
+                self.schedule(at: deadline, context: context)
+            }
         }
     }
 
+    /// No clock runs; a scheduled check finds nothing to do.
     private func disarm() {
+        deadline = nil
+    }
+
+    private func stop() {
+        deadline = nil
         timer?.cancel()
         timer = nil
+        timerRuns = nil
     }
 }

@@ -124,17 +124,16 @@ struct UpstreamExchange: Sendable {
 enum RequestTarget {
     /// The raw path after `prefix/` and the raw query; nil when the target does not start
     /// with `prefix` exactly, at a segment boundary (`//v1/proxy`, absolute form, `/webx`).
+    /// Bytes, not Characters: the query starts at the first `?` byte, whatever follows it.
     static func split(_ target: String, prefix: String) -> (path: String, query: String?)? {
-        var pathPart = Substring(target)
-        var query: String?
-        if let mark = target.firstIndex(of: "?") {
-            pathPart = target[..<mark]
-            query = String(target[target.index(after: mark)...])
-        }
-        guard pathPart.hasPrefix(prefix) else { return nil }
-        var rest = pathPart.dropFirst(prefix.count)
-        guard rest.isEmpty || rest.hasPrefix("/") else { return nil }
-        if rest.hasPrefix("/") { rest = rest.dropFirst() }
-        return (String(rest), query)
+        let bytes = target.utf8
+        let mark = bytes.firstIndex(of: UInt8(ascii: "?"))
+        let pathPart = bytes[..<(mark ?? bytes.endIndex)]
+        guard pathPart.starts(with: prefix.utf8) else { return nil }
+        var rest = pathPart.dropFirst(prefix.utf8.count)
+        guard rest.isEmpty || rest.first == UInt8(ascii: "/") else { return nil }
+        if rest.first == UInt8(ascii: "/") { rest = rest.dropFirst() }
+        let query = mark.map { String(Substring(bytes[bytes.index(after: $0)...])) }
+        return (String(Substring(rest)), query)
     }
 }
