@@ -242,8 +242,12 @@ final class TransferState: Sendable {
         var head: (CheckedContinuation<UpstreamResponse, any Error>, UpstreamResponse)?
         var reader: (CheckedContinuation<[UInt8]?, any Error>, [UInt8])?
         var unpause = false
+        // Taken out of the lock whole: the last copy of a response must not go inside it (its
+        // body's source cancels the transfer when it goes, which takes the lock).
+        var taken: UpstreamResponse?
         shared.withLock { shared in
             if let held = shared.heldHead, shared.buffered >= shared.heldUntil {
+                taken = held
                 shared.heldHead = nil
                 if let waiter = shared.headWaiter { head = (waiter, held) }
                 shared.headWaiter = nil
@@ -256,6 +260,7 @@ final class TransferState: Sendable {
         if let (waiter, response) = head { waiter.resume(returning: response) }
         if let (waiter, bytes) = reader { waiter.resume(returning: bytes) }
         if unpause { _ = loop.submit(.unpause(id)) }
+        withExtendedLifetime(taken) {}
     }
 
     /// Every buffered chunk as one array, the buffer emptied. Inside `shared.withLock`.
@@ -283,25 +288,29 @@ final class TransferState: Sendable {
     /// easy handle is gone; idempotent.
     func finish(_ error: TransportError?) {
         var head: CheckedContinuation<UpstreamResponse, any Error>?
+        // Out of the lock whole (see `handOver`); dropped after it when nobody takes it.
         var held: UpstreamResponse?
+        var cancelled = false
         var reader: CheckedContinuation<[UInt8]?, any Error>?
         var last: [UInt8]?
-        var unpause = false
+        var unpause = false  // the transfer is gone: nothing left to unpause
         let outcome: TransportError? = shared.withLock { shared in
             if shared.ending != nil { return nil }
+            cancelled = shared.cancelled
             let outcome = shared.cancelled ? cancelledError : error
             shared.ending = .some(outcome)
             head = shared.headWaiter
             shared.headWaiter = nil
             // A held head goes out with what arrived of its body; the body's reader then meets
             // the ending (a short body fails there, as it would have streamed).
-            held = shared.cancelled ? nil : shared.heldHead
+            held = shared.heldHead
             shared.heldHead = nil
             reader = shared.readerWaiter
             shared.readerWaiter = nil
             if reader != nil, !shared.chunks.isEmpty { last = takeChunks(&shared, unpause: &unpause) }
             return outcome
         }
+        if cancelled { held = nil }
         if let head {
             if let held {
                 head.resume(returning: held)

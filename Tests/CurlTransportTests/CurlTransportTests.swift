@@ -425,6 +425,38 @@ struct CurlTransportTests {
         }
     }
 
+    /// A small answer whose body stops short: its head is held for the body. Cancelling the
+    /// caller then ends the transfer (and the multi thread goes on serving others); an idle
+    /// timeout hands the head over with what arrived, and the body fails.
+    @Test func aHeldHeadWhoseBodyStopsShort() async throws {
+        let upstream = try HostileUpstream(cases: [
+            "short": .raw("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc", ending: .stall)
+        ])
+        defer { upstream.stop() }
+        try await Fixtures.withSimulatorAndTransport { base, _, transport in
+            let waiting = Task { try await transport.send(UpstreamRequest(method: "GET", url: upstream.url("short"))) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while transport.statistics.bufferedBytes < 3 {
+                try #require(ContinuousClock.now < deadline, "the short body never arrived")
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            waiting.cancel()
+            await Fixtures.expectTransportError(.cancelled) { _ = try await waiting.value }
+            #expect(transport.statistics.transfersActive == 0)
+            let after = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/after"))
+            #expect(after.status == 200)
+            _ = try await after.body.collect(upTo: 1 << 20)
+
+            let timed = try await transport.send(
+                UpstreamRequest(method: "GET", url: upstream.url("short"), timeouts: Timeouts(idle: .seconds(1))))
+            #expect(timed.status == 200)
+            var iterator = timed.body.makeAsyncIterator()
+            #expect(try await iterator.next() == Array("abc".utf8))
+            await Fixtures.expectTransportError(.timeout) { _ = try await iterator.next() }
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
     @Test func cancellingSendWhileWaitingForTheHead() async throws {
         try await Fixtures.withSimulatorAndTransport { base, state, transport in
             let clock = ContinuousClock()
