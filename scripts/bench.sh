@@ -31,6 +31,8 @@
 #                                                                     against the current simulator); when set,
 #                                                                     only the simulator is built
 #   BENCH_INTERNALS=0                                                 skip the package-benchmark table (Benchmarks/)
+#   BENCH_EXTRAS ("propagation.py refresh_storm.py refresh_ahead.py scale.sh")
+#                                                                     which scripts of scripts/bench/ run ("" for none)
 #   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
 #                                                                     the top frames are printed at the end
 set -euo pipefail
@@ -618,7 +620,9 @@ unset token token_cc token_jar
 # Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
 extra_env=(BIN="$tmp/bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
   PSQL="$PSQL")
-for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do
+# BENCH_EXTRAS: which of scripts/bench/ run (all four by default; "" for none).
+extras="${BENCH_EXTRAS-propagation.py refresh_storm.py refresh_ahead.py scale.sh}"
+for extra in $extras; do
   say "bench: scripts/bench/$extra" >&2
   env "${extra_env[@]}" "scripts/bench/$extra" >"$tmp/extra-$extra.txt" 2>"$tmp/extra-$extra.log" \
     || { cat "$tmp/extra-$extra.txt" "$tmp/extra-$extra.log" >&2; die "scripts/bench/$extra"; }
@@ -791,7 +795,7 @@ say "  (Parley spools the body for a replay after a challenge, and streams it on
 say "${download_mib} MiB proxied chunked upload (PUT, Transfer-Encoding: chunked, no Content-Length): median $ch_mibps MiB/s of $(mibps_list "${ch_runs[@]}"); through nginx $ngch_mibps MiB/s of $(mibps_list "${ngch_runs[@]}")"
 say "  RSS before $(mib "$ch_rss_before_kib") MiB, peak $(mib "$ch_rss_peak_kib") MiB, growth $(mib "$ch_growth_kib") MiB (first transfer); the upstream received it with $ch_upstream_framing"
 say ""
-for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
+for extra in $extras; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
 say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.8)}')"))"
 say "RESULT throughput parley/haproxy = $tp_parley_haproxy (haproxy/nginx = $tp_haproxy_nginx)"
@@ -805,7 +809,7 @@ say "RESULT cookie jar (Basic, 20 cookies): throughput $rps_parleyjar vs $rps_pa
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
-for extra in propagation.py refresh_storm.py refresh_ahead.py scale.sh; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
+for extra in $extras; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
 say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
 say "RESULT cold start to ready = $cold_start_ms ms (target <= 300 ms: $(verdict "$(( cold_start_ms <= 300 ))")); first start with migrations = $first_start_ms ms"
 if [ "${BENCH_PROFILE:-}" = "1" ] && [ -s "$tmp/perf.data" ]; then

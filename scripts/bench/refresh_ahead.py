@@ -194,7 +194,10 @@ def run(env, sim_port, n, lead, per_look, rps):
     seeding = time.monotonic() - started
     # Every token expires within the same minute, 150-210 s from now; past half its life, it is due
     # once it expires within the lead (120 s): 30-90 s from now.
-    env.sql("UPDATE tokens SET updated_at = now() - interval '1000 seconds', "
+    # One transaction that takes the table first: Parley's own writes to tokens (the batched
+    # last-sent times) wait for it instead of deadlocking with it row by row.
+    env.sql("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE; "
+            "UPDATE tokens SET updated_at = now() - interval '1000 seconds', "
             "expires_at = now() + interval '150 seconds' + random() * interval '60 seconds'")
     env.sql("SELECT pg_notify('parley_cache', 't:*')")
     seeded = time.monotonic()
