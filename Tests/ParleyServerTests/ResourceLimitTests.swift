@@ -35,21 +35,37 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let spool = Spool(directory: directory, quotaBytes: 3 << 20)
 
-        let body = try await SpooledBody.read(Self.chunks([1 << 20, 1 << 20]), limit: 1 << 30, memoryLimit: 1024, spool: spool)
-        #expect(body.body.length == 2 << 20)
+        // A chunked body past memory: its start is read, the rest streams into a nameless file.
+        func spooled(_ sizes: [Int]) async throws -> SpooledBody {
+            var rest = Self.chunks(sizes).makeAsyncIterator()
+            let first = try await SpooledBody.readStart(&rest, memoryLimit: 1024, limit: 1 << 30)
+            #expect(first.count == sizes[0])
+            let streaming = try await StreamingSpool.start(length: nil, first: first.count, spool: spool)
+            do {
+                try await streaming.run(rest, first: first, limit: 1 << 30)
+            } catch {
+                streaming.spooled.remove()
+                throw error
+            }
+            return streaming.spooled
+        }
+        let body = try await spooled([1 << 20, 1 << 20])
+        #expect(body.body.length == nil)
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).isEmpty)
         #expect(spool.usedBytes == 2 << 20)
 
         // A second body would pass the quota: 413 with Retry-After, and nothing is held.
-        await #expect(throws: Problem.self) {
-            _ = try await SpooledBody.read(Self.chunks([1 << 20, 1 << 20]), limit: 1 << 30, memoryLimit: 1024, spool: spool)
-        }
+        await #expect(throws: Problem.self) { _ = try await spooled([1 << 20, 1 << 20]) }
         #expect(spool.usedBytes == 2 << 20)
         body.remove()
         #expect(spool.usedBytes == 0)
-        // Small bodies stay in memory and take no quota.
-        let small = try await SpooledBody.read(Self.chunks([100]), limit: 1 << 30, memoryLimit: 1024, spool: spool)
-        #expect(small.body == .bytes([UInt8](repeating: 7, count: 100)))
+        // Small bodies are read whole into memory and take no quota.
+        var small = Self.chunks([60, 40]).makeAsyncIterator()
+        #expect(try await SpooledBody.readStart(&small, memoryLimit: 1024, limit: 1 << 30) == [UInt8](repeating: 7, count: 100))
+        await #expect(throws: Problem.self) {
+            var tooLong = Self.chunks([60, 40]).makeAsyncIterator()
+            _ = try await SpooledBody.readStart(&tooLong, memoryLimit: 1024, limit: 99)
+        }
         #expect(spool.usedBytes == 0)
     }
 

@@ -30,45 +30,20 @@ struct SpooledBody: Sendable {
         reservation?.release()
     }
 
-    /// Reads `source` whole. Throws `Problem` 413 past `limit` bytes or when the spool's
-    /// quota is spent; cleans up on every failure.
-    static func read<S: AsyncSequence>(
-        _ source: S, limit: Int64, memoryLimit: Int, spool: Spool
-    ) async throws -> SpooledBody where S.Element == ByteBuffer {
-        var memory: [UInt8] = []
-        var batches: SpoolBatches?
-        let reservation = SpoolReservation(spool: spool)
-        var total: Int64 = 0
-        do {
-            for try await buffer in source {
-                total += Int64(buffer.readableBytes)
-                guard total <= limit else {
-                    throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
-                }
-                if batches != nil {
-                    try reservation.grow(Int64(buffer.readableBytes))
-                    try await batches?.append(buffer.readableBytesView)
-                } else if memory.count + buffer.readableBytes <= memoryLimit {
-                    memory.append(contentsOf: buffer.readableBytesView)
-                } else {
-                    try reservation.grow(Int64(memory.count + buffer.readableBytes))
-                    var started = SpoolBatches(try await SpoolFile.create(in: spool.directory), first: memory)
-                    memory = []
-                    try await started.append(buffer.readableBytesView)
-                    batches = started
-                }
+    /// A body read into memory: all of it when it ends within `memoryLimit` bytes, else the
+    /// first buffers past that (the rest stays in `source`, for a `StreamingSpool`). `413`
+    /// past `limit`.
+    static func readStart<I: AsyncIteratorProtocol>(
+        _ source: inout I, memoryLimit: Int, limit: Int64
+    ) async throws -> [UInt8] where I.Element == ByteBuffer {
+        var bytes: [UInt8] = []
+        while bytes.count <= memoryLimit, let buffer = try await source.next() {
+            guard Int64(bytes.count) + Int64(buffer.readableBytes) <= limit else {
+                throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
             }
-            if var spooling = batches {
-                try await spooling.finish()
-                return SpooledBody(body: .file(spooling.file.file, length: total), reservation: reservation)
-            }
-            reservation.release()
-            return SpooledBody(body: memory.isEmpty ? .empty : .bytes(memory), reservation: nil)
-        } catch {
-            await batches?.abandon()
-            reservation.release()
-            throw error
+            bytes.append(contentsOf: buffer.readableBytesView)
         }
+        return bytes
     }
 }
 

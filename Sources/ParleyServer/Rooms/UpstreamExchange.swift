@@ -57,14 +57,14 @@ struct UpstreamExchange: Sendable {
         // A body too large for memory is sent while it is still arriving (and spooled for a
         // replay): one of known length at once, one without (chunked) once it outgrows memory.
         var streaming: (spool: StreamingSpool, first: [UInt8], rest: Hummingbird.RequestBody.AsyncIterator)?
-        var inMemory: [UInt8]?
-        if let declaredLength {
-            if declaredLength > Int64(memoryBodyBytes) {
-                streaming = (try await StreamingSpool.start(length: declaredLength, spool: spool), [], body.makeAsyncIterator())
-            }
+        var inMemory: [UInt8] = []
+        if let declaredLength, declaredLength > Int64(memoryBodyBytes) {
+            streaming = (try await StreamingSpool.start(length: declaredLength, spool: spool), [], body.makeAsyncIterator())
         } else {
+            // Small enough for memory by its length, or of unknown length (chunked): read while it
+            // fits; past that (only without a length) the rest streams.
             var rest = body.makeAsyncIterator()
-            let first = try await Self.readFirst(&rest, memoryLimit: memoryBodyBytes, limit: limit)
+            let first = try await SpooledBody.readStart(&rest, memoryLimit: memoryBodyBytes, limit: limit)
             if first.count > memoryBodyBytes {
                 streaming = (try await StreamingSpool.start(length: nil, first: first.count, spool: spool), first, rest)
             } else {
@@ -82,11 +82,7 @@ struct UpstreamExchange: Sendable {
                 throw error
             }
         } else {
-            if let inMemory {
-                spooled = SpooledBody(body: inMemory.isEmpty ? .empty : .bytes(inMemory), reservation: nil)
-            } else {
-                spooled = try await SpooledBody.read(body, limit: limit, memoryLimit: memoryBodyBytes, spool: spool)
-            }
+            spooled = SpooledBody(body: inMemory.isEmpty ? .empty : .bytes(inMemory), reservation: nil)
             outcome = await exchange(spooled, through: manager)
         }
         if let afterSignIn, case .success(.interactionRequired(let interaction)) = outcome {
@@ -102,21 +98,6 @@ struct UpstreamExchange: Sendable {
         // The conversation is over: no restart can replay the body any more.
         spooled.remove()
         return try outcome.get()
-    }
-
-    /// The start of a body of unknown length: all of it when it ends within `memoryLimit`
-    /// bytes, else the first buffers past that (the rest stays in `source`). `413` past `limit`.
-    static func readFirst(
-        _ source: inout Hummingbird.RequestBody.AsyncIterator, memoryLimit: Int, limit: Int64
-    ) async throws -> [UInt8] {
-        var bytes: [UInt8] = []
-        while bytes.count <= memoryLimit, let buffer = try await source.next() {
-            guard Int64(bytes.count) + Int64(buffer.readableBytes) <= limit else {
-                throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
-            }
-            bytes.append(contentsOf: buffer.readableBytesView)
-        }
-        return bytes
     }
 }
 
