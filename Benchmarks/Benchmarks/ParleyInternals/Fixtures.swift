@@ -20,24 +20,31 @@ struct CannedTransport: Transport {
     }
 }
 
-/// A registration's cookie rows as the server's cache hands them over: one array.
+/// A registration's cookie rows as the server's cache hands them over: one `CookieJarIndex`
+/// per jar, which answers the `Cookie` header (as `PostgresCookies` does).
 final class MemoryCookieRecords: CookieRecords {
-    private let jars: Mutex<[String: [StoredCookie]]>
+    private let jars: Mutex<[String: CookieJarIndex]>
 
-    init(_ jars: [String: [StoredCookie]] = [:]) { self.jars = Mutex(jars) }
+    init(_ jars: [String: [StoredCookie]] = [:]) { self.jars = Mutex(jars.mapValues(CookieJarIndex.init)) }
 
-    func cookies(registrationID: String) async throws -> [StoredCookie] {
-        jars.withLock { $0[registrationID] ?? [] }
+    private func jar(_ registrationID: String) -> CookieJarIndex {
+        jars.withLock { $0[registrationID] } ?? CookieJarIndex([])
+    }
+
+    func cookies(registrationID: String) async throws -> [StoredCookie] { jar(registrationID).cookies }
+
+    func cookieHeader(registrationID: String, for url: URLParts, at now: Date) async throws -> String? {
+        jar(registrationID).header(for: url, at: now)
     }
 
     func apply(registrationID: String, store: [StoredCookie], delete: [(name: String, domain: String, path: String)]) async throws {
         jars.withLock { jars in
-            var jar = jars[registrationID] ?? []
+            var jar = jars[registrationID]?.cookies ?? []
             jar.removeAll { old in
                 delete.contains { $0.name == old.name && $0.domain == old.domain && $0.path == old.path }
                     || store.contains { $0.name == old.name && $0.domain == old.domain && $0.path == old.path }
             }
-            jars[registrationID] = jar + store
+            jars[registrationID] = CookieJarIndex(jar + store)
         }
     }
 }
