@@ -328,8 +328,12 @@ public final class CookieJarIndex: Sendable {
         firstExpiry = cookies.compactMap(\.expiresAt).min()
     }
 
+    /// The index of a jar without cookies, shared: most registrations' jars are empty.
+    public static let empty = CookieJarIndex([])
+
     /// The `Cookie` header for `url` at `now`: `Cookies.header(for:from:at:)`, remembered.
     public func header(for url: URLParts, at now: Date) -> String? {
+        if cookies.isEmpty { return nil }
         if let firstExpiry, now >= firstExpiry { return Cookies.header(for: url, from: cookies, at: now) }
         guard paths.count <= 64 else { return Cookies.header(for: url, from: cookies, at: now) }
         let requestPath = url.pathOrRoot

@@ -96,6 +96,7 @@ final class MemoryCookieRecords: CookieRecords {
         let header = index.header(for: base, at: later)
         #expect(header == Cookies.header(for: base, from: cookies, at: later))
         #expect(header?.contains("s=1") == false && index.header(for: base, at: now)?.contains("s=1") == true)
+        #expect(CookieJarIndex.empty.header(for: base, at: now) == nil && CookieJarIndex.empty.cookies.isEmpty)
     }
 
     @Test func jarStoresAndServesThroughRecords() async throws {

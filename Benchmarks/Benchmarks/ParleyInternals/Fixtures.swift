@@ -28,7 +28,7 @@ final class MemoryCookieRecords: CookieRecords {
     init(_ jars: [String: [StoredCookie]] = [:]) { self.jars = Mutex(jars.mapValues(CookieJarIndex.init)) }
 
     private func jar(_ registrationID: String) -> CookieJarIndex {
-        jars.withLock { $0[registrationID] } ?? CookieJarIndex([])
+        jars.withLock { $0[registrationID] } ?? CookieJarIndex.empty
     }
 
     func cookies(registrationID: String) async throws -> [StoredCookie] { jar(registrationID).cookies }

@@ -34,7 +34,8 @@ public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
     private func jar(registrationID: String) async throws -> CookieJarIndex {
         if let cached = cache.value(for: registrationID) { return cached }
         let mark = cache.mark()
-        let jar = CookieJarIndex(try await read(registrationID: registrationID))
+        let cookies = try await read(registrationID: registrationID)
+        let jar = cookies.isEmpty ? CookieJarIndex.empty : CookieJarIndex(cookies)
         cache.set(jar, for: registrationID, readSince: mark)
         return jar
     }
