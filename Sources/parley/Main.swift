@@ -42,7 +42,7 @@ func makeLogger(_ reader: ConfigReader) throws -> Logger {
                 handler.logLevel = level
                 return handler
             }
-            var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+            var handler = TextLogHandler.standardError(label: label, metadataProvider: provider)
             handler.logLevel = level
             return handler
         }, metadataProvider: provider)

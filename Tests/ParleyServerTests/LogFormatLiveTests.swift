@@ -125,6 +125,38 @@ import UpstreamSimulator
         #expect(object["list"] as? [String] == ["a", "b"] && object["n"] as? String == "3")
         #expect((object["time"] as? String)?.hasSuffix("Z") == true)
     }
+
+    /// The text handler writes the line swift-log's `StreamLogHandler` writes for the same
+    /// handler metadata and event (it only formats later), with the timestamp in the same form.
+    @Test func theTextHandlerWritesStreamLogHandlersLine() throws {
+        let lines = LinesBox()
+        let stream = TextBox()
+        var text = TextLogHandler(label: "parley") { lines.append($0) }
+        var reference = StreamLogHandler(label: "parley", stream: stream, metadataProvider: nil)
+        text.logLevel = .trace
+        reference.logLevel = .trace
+        for (key, value) in [("request.id", "abc"), ("http.route", "/v1/proxy/*"), ("a", "first")] as [(String, Logger.Metadata.Value)] {
+            text[metadataKey: key] = value
+            reference[metadataKey: key] = value
+        }
+        let event = LogEvent(
+            level: .warning, message: "it failed", metadata: ["a": "overridden", "list": ["x", "y"], "n": "\(3)"],
+            source: "ParleyServer", file: #fileID, function: #function, line: #line)
+        text.log(event: event)
+        reference.log(event: event)
+        let written = String(decoding: try #require(lines.all.first), as: UTF8.self)
+        let expected = try #require(stream.all.first)
+        #expect(written.drop { $0 != " " } == expected.drop { $0 != " " })
+        #expect(written.hasSuffix(" [ParleyServer] it failed\n"), "\(written)")
+        #expect(written.contains(" a=overridden http.route=/v1/proxy/* list=[\"x\", \"y\"] n=3 request.id=abc "), "\(written)")
+        #expect(written.prefix { $0 != " " }.count == expected.prefix { $0 != " " }.count, "the same timestamp form: \(written) \(expected)")
+    }
+}
+
+private final class TextBox: TextOutputStream, Sendable {
+    private let text = Mutex<[String]>([])
+    func write(_ string: String) { text.withLock { $0.append(string) } }
+    var all: [String] { text.withLock { $0 } }
 }
 
 private final class LinesBox: Sendable {
