@@ -12,29 +12,38 @@ public enum ProxyPath {
     /// result stays on the base URL's scheme, host, port and path.
     public static func upstreamURL(baseURL: String, rawPath: String, rawQuery: String?) throws(ProxyPathError) -> String {
         guard let base = URLParts(baseURL) else { throw ProxyPathError(.unusableDestination) }
-        var segments: [String] = []
+        // The URL is written as bytes: a segment of path characters only (the usual case) is
+        // its own decoding and encoding and goes in as it is; others are decoded, checked and
+        // encoded again.
+        var bytes = Array(baseURL.utf8)
+        bytes.reserveCapacity(bytes.count + 1 + rawPath.utf8.count + (rawQuery.map { 1 + $0.utf8.count } ?? 0))
+        bytes.append(UInt8(ascii: "/"))
         // Bytes, not Characters: a combining mark after '/' must not hide the separator.
         let parts = rawPath.isEmpty ? [] : rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
         for (index, raw) in parts.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: "/")) }
             if raw.isEmpty {
-                if index == parts.count - 1 && index > 0 {  // one trailing slash is an ordinary URL
-                    segments.append("")
-                    continue
-                }
+                if index == parts.count - 1 && index > 0 { continue }  // one trailing slash is an ordinary URL
                 throw ProxyPathError(.emptySegment)
+            }
+            if raw.allSatisfy(PercentEncoding.isPathCharacter) {
+                if isDotSegment(raw) { throw ProxyPathError(.dotSegment) }
+                bytes.append(contentsOf: raw)
+                continue
             }
             if raw.contains(UInt8(ascii: "\\")) { throw ProxyPathError(.backslash) }
             guard let decoded = PercentEncoding.decode(Substring(raw)) else { throw ProxyPathError(.badPercentEncoding) }
             if decoded.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw ProxyPathError(.controlCharacters) }
             if decoded.contains(UInt8(ascii: "/")) || decoded.contains(UInt8(ascii: "\\")) { throw ProxyPathError(.encodedSeparator) }
             if isDotSegment(decoded) { throw ProxyPathError(.dotSegment) }
-            segments.append(PercentEncoding.encodePathSegment(decoded))
+            bytes.append(contentsOf: PercentEncoding.encodePathSegment(decoded).utf8)
         }
-        if let rawQuery, rawQuery.utf8.contains(where: { $0 < 0x21 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {
-            throw ProxyPathError(.badQuery)
+        if let rawQuery {
+            if rawQuery.utf8.contains(where: { $0 < 0x21 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) { throw ProxyPathError(.badQuery) }
+            bytes.append(UInt8(ascii: "?"))
+            bytes.append(contentsOf: rawQuery.utf8)
         }
-        var url = baseURL + "/" + segments.joined(separator: "/")
-        if let rawQuery { url += "?" + rawQuery }
+        let url = String(decoding: bytes, as: UTF8.self)
         guard let result = URLParts(url), result.scheme == base.scheme, result.host == base.host,
             result.effectivePort == base.effectivePort, result.path.hasPrefix(base.path)
         else { throw ProxyPathError(.leavesDestination) }
@@ -43,7 +52,7 @@ public enum ProxyPath {
 
     /// Whether a decoded segment reads as `.` or `..` to some server: servers that take
     /// `;` as a segment parameter (Tomcat, Jetty) read `..;x` as `..`.
-    public static func isDotSegment(_ decoded: [UInt8]) -> Bool {
+    public static func isDotSegment<Bytes: Collection<UInt8>>(_ decoded: Bytes) -> Bool {
         let dotPart = decoded[..<(decoded.firstIndex(of: UInt8(ascii: ";")) ?? decoded.endIndex)]
         return (1...2).contains(dotPart.count) && dotPart.allSatisfy { $0 == UInt8(ascii: ".") }
     }

@@ -23,7 +23,12 @@ public enum PercentEncoding {
 
     /// RFC 3986 `pchar`: unreserved, sub-delims, `:` and `@` stay; every other byte is escaped.
     public static func encodePathSegment(_ bytes: some Sequence<UInt8>) -> String {
-        encode(bytes) { isUnreserved($0) || isSubDelimiter($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "@") }
+        encode(bytes, keeping: isPathCharacter)
+    }
+
+    /// Whether `encodePathSegment` keeps the byte as it is (RFC 3986 `pchar` without `%`).
+    public static func isPathCharacter(_ b: UInt8) -> Bool {
+        isUnreserved(b) || isSubDelimiter(b) || b == UInt8(ascii: ":") || b == UInt8(ascii: "@")
     }
 
     /// A form component: unreserved characters stay, everything else (space too) is escaped.
