@@ -7,23 +7,28 @@
 # Parley instance of its own, started for it (empty caches). Registrations are written
 # straight into the table by SQL with known client tokens (pct_bench_<i>, stored as SHA-256
 # like Parley does), marked device_type = 'bench-scale' (a column without an index).
-#   1. 1,000 rows; SCALE_RUNS runs in which wrk cycles through their 1,000 tokens.
-#   2. the table grown to 1,000,000 rows (INSERT … generate_series, VACUUM ANALYZE,
-#      CHECKPOINT); SCALE_RUNS runs in which wrk cycles through 10,000 of the tokens.
-# Run i of the large case is compared with run i of the small case: one p99 ratio per pair,
-# and the target is met in a pair when its ratio is at most 1.1.
+# The two cases live side by side in one PostgreSQL server, so that their runs can take
+# turns:
+#   - small: a database of the script's own (parley_scale_small, made afresh and dropped at
+#     the end) with 1,000 rows; wrk cycles through their 1,000 tokens;
+#   - large: DATABASE_URL's database with 1,000,000 rows of the script (INSERT …
+#     generate_series, VACUUM ANALYZE, CHECKPOINT); wrk cycles through 10,000 of them.
+# Pair i is a small run and a large run measured one after the other (odd pairs small
+# first, even pairs large first), so that a machine that speeds up or slows down during
+# the script weighs on both sides of every pair alike. One p99 ratio per pair (large over
+# small); the target is met in a pair when its ratio is at most 1.1.
 # Before each measured run a warm-up (curl, 32 requests in parallel) touches every token of
 # the run once, so the first use of a token (a database lookup) is not in the figure; then
 # `wrk -t2 -c32 -d10s --latency` with a Lua script that gives each request the next token.
-# The rows stay in the database (vacuumed, so autovacuum has nothing to do later);
-# SCALE_CLEANUP=1 deletes them at the end (DELETE + VACUUM, ~25 s on 2 cores). Rows of an
-# earlier run in the same database are deleted first.
+# The large case's rows stay in DATABASE_URL's database (vacuumed, so autovacuum has nothing
+# to do later); SCALE_CLEANUP=1 deletes them at the end (DELETE + VACUUM, ~25 s on 2 cores).
+# Rows of an earlier run in the same database are deleted first.
 #
-# Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs
-# SCALE_SMALL (1000), SCALE_TOTAL (1000000), SCALE_ACTIVE (10000),
-# SCALE_RUNS (3: measured runs of each case, so as many pairs),
-# BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s), SCALE_CLEANUP=1,
-# SCALE_PROFILE=1 (perf record Parley during the first large run; top frames at the end).
+# Environment: BIN DATABASE_URL (libpq keyword=value form) PSQL SIM_PORT KEYS TMP (see
+# common.sh); knobs SCALE_SMALL (1000), SCALE_TOTAL (1000000), SCALE_ACTIVE (10000),
+# SCALE_RUNS (3: pairs of measured runs), BENCH_THREADS (2), BENCH_CONNECTIONS (32),
+# BENCH_DURATION (10s), SCALE_CLEANUP=1, SCALE_PROFILE=1 (perf record Parley during the
+# first large run; top frames at the end).
 # Exits non-zero only when something could not run (including a non-2xx answer).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -42,6 +47,11 @@ duration="${BENCH_DURATION:-10s}"
 runs="${SCALE_RUNS:-3}"
 [ "$active" -le "$total" ] && [ "$small" -le "$active" ] || die "need SCALE_SMALL <= SCALE_ACTIVE <= SCALE_TOTAL"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || die "SCALE_RUNS must be a positive number (got '$runs')"
+[[ "$DATABASE_URL" != *"://"* ]] || die "DATABASE_URL must be in libpq's keyword=value form (the small case appends its own dbname)"
+small_db=parley_scale_small
+small_url="$DATABASE_URL dbname=$small_db"  # libpq: a keyword given twice takes its last value
+# psql_small SQL — psql_value against the small case's database (psql: the last -d wins).
+psql_small() { $PSQL -d "$small_db" -v ON_ERROR_STOP=1 -c "$1"; }
 
 dir="$TMP/scale"
 mkdir -p "$dir"
@@ -50,6 +60,7 @@ cleanup() {
   local rc=$?
   set +e
   stop_parley_instances
+  [ "${small_made:-0}" = 0 ] || psql_value "DROP DATABASE IF EXISTS $small_db" >/dev/null
   if [ "$rows_inserted" -gt 0 ] && [ "${SCALE_CLEANUP:-}" = "1" ]; then
     local t0=$(now_ns) n
     n="$(psql_value "WITH d AS (DELETE FROM registrations WHERE device_type = 'bench-scale' RETURNING 1) SELECT count(*) FROM d")"
@@ -71,24 +82,33 @@ destinations:
     url: http://127.0.0.1:$SIM_PORT
 YAML
 # start_parley NAME — a fresh instance (empty caches) for one run, after stopping the one
-# before; sets parley_pid and url.
+# before, on the small case's database for a NAME starting with "small"; sets parley_pid
+# and url.
 start_parley() {
   local port
   stop_parley_instances
   read -r port < <(free_ports 1)
-  start_parley_instance "$port" "$dir/destinations.yaml" "$dir/parley-$1.log"
+  case "$1" in
+    small*) DATABASE_URL="$small_url" start_parley_instance "$port" "$dir/destinations.yaml" "$dir/parley-$1.log" ;;
+    *) start_parley_instance "$port" "$dir/destinations.yaml" "$dir/parley-$1.log" ;;
+  esac
   parley_pid="$last_parley_pid"
   url="http://127.0.0.1:$port/v1/proxy/echo/bench"
 }
-start_parley small1  # runs the migrations on an empty database
+psql_value "DROP DATABASE IF EXISTS $small_db" >/dev/null
+psql_value "CREATE DATABASE $small_db" >/dev/null
+small_made=1
+start_parley small-migrate  # runs the migrations in the new database
+start_parley large-migrate  # and in DATABASE_URL's, when it is empty
+stop_parley_instances
 
 # ---------------------------------------------------------------- rows
-# Rows [from, to) with client tokens pct_bench_<i>. Random ids as Parley makes them, but
+# insert_rows FROM TO [PSQL_FUNCTION] — rows [from, to) with client tokens pct_bench_<i>. Random ids as Parley makes them, but
 # inserted in id order: four of the table's five indexes are on id or on (…, created_at,
 # id) with one created_at per statement, so their inserts stay at one edge instead of
 # landing on random pages; the client-token index still gets its keys in random order.
 insert_rows() {
-  psql_value "INSERT INTO registrations (id, destination, client_token_hash, status, device_type)
+  "${3:-psql_value}" "INSERT INTO registrations (id, destination, client_token_hash, status, device_type)
     SELECT id, 'bench', hash, 'active', 'bench-scale' FROM (
       SELECT gen_random_uuid() AS id, sha256(convert_to('pct_bench_' || i, 'UTF8')) AS hash
       FROM generate_series($1, $2 - 1) AS i) AS r
@@ -101,10 +121,8 @@ if [ "$stale" -gt 0 ]; then
   psql_value "VACUUM registrations" >/dev/null
   say "scale: removed $stale rows left by an earlier run ($(( ($(now_ns) - t0) / 1000000 )) ms)"
 fi
-rows_inserted=1
-insert_rows 0 "$small"
-rows_inserted="$small"
-psql_value "VACUUM ANALYZE registrations" >/dev/null
+insert_rows 0 "$small" psql_small
+psql_small "VACUUM ANALYZE registrations" >/dev/null
 
 # ---------------------------------------------------------------- wrk scripts
 # cycle.lua: every request carries the next of N tokens; thread k starts at k·N/T.
@@ -181,36 +199,35 @@ measure() {
   printf -v "busy_$name" '%s' "$(awk -v b=$(( m_busy2 - m_busy )) -v a=$(( m_all2 - m_all )) 'BEGIN { printf "%.0f", a ? 100 * b / a : 0 }')"
 }
 
-t_start="$(now_ns)"
-rows_small="$(psql_value "SELECT count(*) FROM registrations")"
-say "scale: $rows_small registrations in the table; $runs runs, each a new Parley instance, a warm-up over $small tokens, then wrk -t$threads -c$connections -d$duration --latency cycling through them"
-for i in $(seq "$runs"); do
-  [ "$i" -eq 1 ] || start_parley "small$i"
-  measure "small$i" "$small"
-done
-
-say "scale: growing the table to $total rows of this script"
+say "scale: growing DATABASE_URL's table to $total rows of this script"
 t0="$(now_ns)"
-insert_rows "$small" "$total"
+rows_inserted=1
+insert_rows 0 "$total"
 rows_inserted="$total"
 insert_ms=$(( ($(now_ns) - t0) / 1000000 ))
 t0="$(now_ns)"
 psql_value "VACUUM ANALYZE registrations" >/dev/null
 # The bulk load leaves half a gigabyte of dirty pages: write them out now (a checkpoint,
-# then the kernel's write-back) so that flushing them does not take CPU from the measured run.
+# then the kernel's write-back) so that flushing them does not take CPU from a measured run.
 psql_value "CHECKPOINT" >/dev/null
 sync
 vacuum_ms=$(( ($(now_ns) - t0) / 1000000 ))
+rows_small="$(psql_small "SELECT count(*) FROM registrations")"
 rows_large="$(psql_value "SELECT count(*) FROM registrations")"
 table_mib="$(psql_value "SELECT round(pg_total_relation_size('registrations') / 1048576.0)")"
-say "scale: inserted $(( total - small )) rows in $insert_ms ms, VACUUM ANALYZE + CHECKPOINT + sync $vacuum_ms ms; $rows_large rows, $table_mib MiB with indexes"
+say "scale: inserted $total rows in $insert_ms ms, VACUUM ANALYZE + CHECKPOINT + sync $vacuum_ms ms; $rows_large rows, $table_mib MiB with indexes (small case: $rows_small rows in $small_db)"
 # A new instance for every run, so that each starts from empty caches: entries cached in an
 # earlier run would reach their 60 s safety-net lifetime during this one, all at once.
-say "scale: $runs runs, each a new Parley instance, a warm-up over $active tokens, then the same wrk run cycling through them"
+say "scale: $runs pairs of runs, each run a new Parley instance, a warm-up over its tokens ($small small, $active large), then wrk -t$threads -c$connections -d$duration --latency cycling through them"
+t_start="$(now_ns)"
 for i in $(seq "$runs"); do
-  start_parley "large$i"
-  measure "large$i" "$active"
+  order=(small large); [ $(( i % 2 )) -eq 1 ] || order=(large small)
+  for case_name in "${order[@]}"; do
+    start_parley "$case_name$i"
+    if [ "$case_name" = small ]; then measure "small$i" "$small"; else measure "large$i" "$active"; fi
+  done
 done
+stop_parley_instances
 elapsed_s=$(( ($(now_ns) - t_start) / 1000000000 ))
 
 # One p99 ratio per pair (large run i over small run i); met_runs counts the pairs within 1.1.
@@ -238,7 +255,7 @@ say " of Parley and of the PostgreSQL backends; 'busy %': whole machine during t
 for i in $(seq "$runs"); do
   for n in "small$i" "large$i"; do e="err_$n"; [ -z "${!e}" ] || say "  $n run, wrk reported: ${!e}"; done
 done
-say "inserting $(( total - small )) registrations: $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; all $(( 2 * runs )) runs with warm-ups and growth: ${elapsed_s} s"
+say "inserting $total registrations: $insert_ms ms, VACUUM ANALYZE $vacuum_ms ms; all $(( 2 * runs )) runs with warm-ups: ${elapsed_s} s (odd pairs ran small first, even pairs large first)"
 p99_pairs="" p50_pairs="" rps_pairs=""
 for i in $(seq "$runs"); do
   a="p99_large$i" b="p99_small$i"; p99_pairs+="${!a} / ${!b}, "
