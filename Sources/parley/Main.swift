@@ -37,12 +37,7 @@ func makeLogger(_ reader: ConfigReader) throws -> Logger {
     let provider = ((try? Traces.enabled(reader)) ?? false) ? OTel.makeLoggingMetadataProvider() : nil
     LoggingSystem.bootstrap(
         { label, provider in
-            if format == "json" {
-                var handler = JSONLogHandler.standardError(label: label, metadataProvider: provider)
-                handler.logLevel = level
-                return handler
-            }
-            var handler = TextLogHandler.standardError(label: label, metadataProvider: provider)
+            var handler = LineLogHandler.standardError(label: label, format: format == "json" ? .json : .text, metadataProvider: provider)
             handler.logLevel = level
             return handler
         }, metadataProvider: provider)

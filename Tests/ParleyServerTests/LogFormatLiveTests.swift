@@ -110,7 +110,7 @@ import UpstreamSimulator
     /// The handler alone: members, metadata of every kind, and a metadata key that would hide a member.
     @Test func theJSONHandlerWritesOneObjectPerLine() throws {
         let lines = LinesBox()
-        var handler = JSONLogHandler(label: "parley") { lines.append($0) }
+        var handler = LineLogHandler(label: "parley", format: .json) { lines.append($0) }
         handler[metadataKey: "request.id"] = "abc"
         handler.log(
             event: LogEvent(
@@ -131,7 +131,7 @@ import UpstreamSimulator
     @Test func theTextHandlerWritesStreamLogHandlersLine() throws {
         let lines = LinesBox()
         let stream = TextBox()
-        var text = TextLogHandler(label: "parley") { lines.append($0) }
+        var text = LineLogHandler(label: "parley", format: .text) { lines.append($0) }
         var reference = StreamLogHandler(label: "parley", stream: stream, metadataProvider: nil)
         text.logLevel = .trace
         reference.logLevel = .trace
