@@ -60,7 +60,7 @@ cleanup() {
   local rc=$?
   set +e
   stop_parley_instances
-  [ "${small_made:-0}" = 0 ] || psql_value "DROP DATABASE IF EXISTS $small_db" >/dev/null
+  [ "${small_made:-0}" = 0 ] || psql_value "DROP DATABASE IF EXISTS $small_db WITH (FORCE)" >/dev/null
   if [ "$rows_inserted" -gt 0 ] && [ "${SCALE_CLEANUP:-}" = "1" ]; then
     local t0=$(now_ns) n
     n="$(psql_value "WITH d AS (DELETE FROM registrations WHERE device_type = 'bench-scale' RETURNING 1) SELECT count(*) FROM d")"
@@ -95,7 +95,7 @@ start_parley() {
   parley_pid="$last_parley_pid"
   url="http://127.0.0.1:$port/v1/proxy/echo/bench"
 }
-psql_value "DROP DATABASE IF EXISTS $small_db" >/dev/null
+PGOPTIONS="-c client_min_messages=warning" psql_value "DROP DATABASE IF EXISTS $small_db WITH (FORCE)" >/dev/null  # no NOTICE when there is none
 psql_value "CREATE DATABASE $small_db" >/dev/null
 small_made=1
 start_parley small-migrate  # runs the migrations in the new database
