@@ -103,7 +103,8 @@ start_parley large-migrate  # and in DATABASE_URL's, when it is empty
 stop_parley_instances
 
 # ---------------------------------------------------------------- rows
-# insert_rows FROM TO [PSQL_FUNCTION] — rows [from, to) with client tokens pct_bench_<i>. Random ids as Parley makes them, but
+# insert_rows FROM TO [PSQL_FUNCTION] — rows [from, to) with client tokens pct_bench_<i>, by
+# psql_value (DATABASE_URL's database) or psql_small. Random ids as Parley makes them, but
 # inserted in id order: four of the table's five indexes are on id or on (…, created_at,
 # id) with one created_at per statement, so their inserts stay at one edge instead of
 # landing on random pages; the client-token index still gets its keys in random order.
