@@ -407,13 +407,6 @@ run_wrk() {
   printf -v "err_$name" '%s' "${errors:-}"
 }
 
-# run_h2load NAME URL [header] — the second load generator on the same load: h2load in
-# HTTP/1.1 mode (--h1: keep-alive, one request at a time per connection, as wrk), with
-# wrk's threads and connections, for $w_duration after a warm-up run of $warmup, as wrk
-# (a separate run, not h2load's --warm-up-time, so that the CPU deltas cover the measured
-# run only). h2load reports no percentiles: sets rps_NAME, mean_NAME, sd_NAME, max_NAME
-# (ms, its "time for request"), req_NAME (succeeded), failed_NAME (failed + errored +
-# timed out), the CPU deltas and other_pct_NAME.
 # h2load_bounded DURATION ARGS… — h2load --h1 for DURATION ("10s"), ended with exit 124 when it
 # is still running 30 s after that: h2load 1.52 now and then keeps one thread's clients sending
 # past -D (seen once in a dozen runs, against nginx; the other thread had stopped on time).
@@ -423,6 +416,14 @@ h2load_bounded() {
   seconds="${duration%s}"; [[ "$seconds" =~ ^[0-9]+$ ]] || seconds=600  # "1m" and the like: a generous bound
   timeout -s TERM -k 5 "$(( seconds + 30 ))" h2load --h1 -t"$w_threads" -c"$w_connections" -D "$duration" "$@"
 }
+
+# run_h2load NAME URL [header] — the second load generator on the same load: h2load in
+# HTTP/1.1 mode (--h1: keep-alive, one request at a time per connection, as wrk), with
+# wrk's threads and connections, for $w_duration after a warm-up run of $warmup, as wrk
+# (a separate run, not h2load's --warm-up-time, so that the CPU deltas cover the measured
+# run only). h2load reports no percentiles: sets rps_NAME, mean_NAME, sd_NAME, max_NAME
+# (ms, its "time for request"), req_NAME (succeeded), failed_NAME (failed + errored +
+# timed out), the CPU deltas and other_pct_NAME.
 run_h2load() {
   local name="$1" url="$2" header="${3:-}" out="$tmp/h2load-$1.txt" args=()
   [ -n "$header" ] && args=(-H "$header")
