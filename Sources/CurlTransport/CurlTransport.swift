@@ -31,6 +31,9 @@ public final class CurlTransport: Transport {
         /// head and body together, once it has arrived (one hand-back instead of two or
         /// more); 0 hands every head over at once. Above `highWaterMark`, that is used.
         public var wholeBodyBytes: Int
+        /// The longest the transfer thread sleeps in `curl_multi_poll` when no socket, curl
+        /// timer or command wakes it; stalled readers are looked for at most this often.
+        public var idlePollInterval: Duration
 
         public init(
             maxConnectionsPerHost: Int = 32,
@@ -39,8 +42,10 @@ public final class CurlTransport: Transport {
             lowWaterMark: Int = 64 * 1024,
             useEnvironmentProxy: Bool = false,
             pausedTransferDeadline: Duration = .seconds(60),
-            wholeBodyBytes: Int = 64 * 1024
+            wholeBodyBytes: Int = 64 * 1024,
+            idlePollInterval: Duration = .seconds(1)
         ) {
+            self.idlePollInterval = idlePollInterval
             self.wholeBodyBytes = wholeBodyBytes
             self.pausedTransferDeadline = pausedTransferDeadline
             self.maxConnectionsPerHost = maxConnectionsPerHost
@@ -62,6 +67,9 @@ public final class CurlTransport: Transport {
                 out.append("lowWaterMark must be in 0..<highWaterMark")
             }
             if wholeBodyBytes < 0 { out.append("wholeBodyBytes must not be negative") }
+            if idlePollInterval < .milliseconds(1) || idlePollInterval > .seconds(3600) {
+                out.append("idlePollInterval must be between 1 ms and 1 hour")
+            }
             return out
         }
     }

@@ -14,8 +14,11 @@ import Darwin
 /// The thread that owns the `CURLM` and every attached easy handle.
 ///
 /// Other threads only append to `commands` (in `shared`, behind its mutex) and call
-/// `curl_multi_wakeup`, which is the one multi function curl allows from another thread.
-/// Everything below "multi thread only" is touched by the loop thread alone.
+/// `curl_multi_wakeup`, which is the one multi function curl allows from another thread,
+/// and only when the loop sleeps in `curl_multi_poll` (or is about to) and nobody has woken it
+/// yet: under load the loop is mostly busy and takes the commands on its next round, without
+/// the wake-up's write and the two reads that drain it. Everything below "multi thread only"
+/// is touched by the loop thread alone.
 final class MultiLoop: @unchecked Sendable {
     enum Command {
         case add(PreparedRequest, TransferState)
@@ -41,6 +44,8 @@ final class MultiLoop: @unchecked Sendable {
         var phase: Phase = .idle
         var commands: [Command] = []
         var stopRequested = false
+        /// The loop waits in `curl_multi_poll` (or is about to) and needs a wake-up to see new commands.
+        var asleep = false
     }
 
     private let shared = Mutex(Shared())
@@ -51,6 +56,10 @@ final class MultiLoop: @unchecked Sendable {
     private var idsByHandle: [UnsafeMutableRawPointer: UInt64] = [:]
     private var lastStallCheck = ContinuousClock.now
     private let handOvers = HandOvers()
+    private var idlePollMilliseconds: Int32 {
+        let (seconds, attoseconds) = configuration.idlePollInterval.components
+        return Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+    }
 
     init(configuration: CurlTransport.Configuration, logger: Logger) {
         self.configuration = configuration
@@ -72,7 +81,10 @@ final class MultiLoop: @unchecked Sendable {
                 return true
             case .running(_, let multi):
                 shared.commands.append(command)
-                curl_multi_wakeup(multi)
+                if shared.asleep {
+                    shared.asleep = false
+                    curl_multi_wakeup(multi)
+                }
                 return true
             case .stopping, .stopped:
                 return false
@@ -146,6 +158,7 @@ final class MultiLoop: @unchecked Sendable {
         while true {
             let stopping = shared.withLock { shared -> Bool in
                 swap(&batch, &shared.commands)
+                shared.asleep = false
                 return shared.stopRequested
             }
             for command in batch { handle(command, multi: multi) }
@@ -161,8 +174,15 @@ final class MultiLoop: @unchecked Sendable {
             handOvers.run()
             collectFinished(multi)
             endStalledReaders(multi)
-            // Returns on socket activity, a curl timer, a wakeup, or after one second.
-            _ = curl_multi_poll(multi, nil, 0, 1000, nil)
+            // Commands that came during this round are taken at once; otherwise the loop sleeps,
+            // and from now on a command wakes it.
+            let sleeps = shared.withLock { shared -> Bool in
+                guard shared.commands.isEmpty && !shared.stopRequested else { return false }
+                shared.asleep = true
+                return true
+            }
+            // Returns on socket activity, a curl timer, a wakeup, or after `idlePollInterval`.
+            if sleeps { _ = curl_multi_poll(multi, nil, 0, idlePollMilliseconds, nil) }
         }
 
         for transfer in Array(transfers.values) {
@@ -238,7 +258,8 @@ final class MultiLoop: @unchecked Sendable {
 
     /// Ends transfers paused longer than the deadline because their reader stopped
     /// reading: they hold a connection and a buffer for a client that is gone or stuck.
-    /// Looks at most once a second.
+    /// Looks at most once a second (less often when nothing wakes the loop sooner than
+    /// `idlePollInterval`).
     private func endStalledReaders(_ multi: UnsafeMutableRawPointer) {
         let now = ContinuousClock.now
         guard now - lastStallCheck >= .seconds(1) else { return }
@@ -256,22 +277,25 @@ final class MultiLoop: @unchecked Sendable {
         var connects = 0
         _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_NUM_CONNECTS, &connects)
         var status = 0
-        _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
+        let logsDebug = logger.logLevel <= .debug
+        if logsDebug { _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status) }
         _ = curl_multi_remove_handle(multi, transfer.handle)
         idsByHandle[transfer.handle] = nil
         transfers[transfer.state.id] = nil
         transfer.release()
         stats.transferRetired(connections: connects)
 
-        var metadata: Logger.Metadata = [
-            "upstream.host": "\(transfer.request.host)", "transfer.id": "\(transfer.state.id)",
-            "http.status": "\(status)", "upstream.new_connections": "\(connects)",
-        ]
-        if let error {
-            metadata["error.code"] = "\(error.code)"
-            metadata["error.detail"] = "\(error.detail)"
+        if logsDebug {
+            var metadata: Logger.Metadata = [
+                "upstream.host": "\(transfer.request.host)", "transfer.id": "\(transfer.state.id)",
+                "http.status": "\(status)", "upstream.new_connections": "\(connects)",
+            ]
+            if let error {
+                metadata["error.code"] = "\(error.code)"
+                metadata["error.detail"] = "\(error.detail)"
+            }
+            logger.debug("upstream transfer finished", metadata: metadata)
         }
-        logger.debug("upstream transfer finished", metadata: metadata)
         transfer.state.finish(error)
     }
 }

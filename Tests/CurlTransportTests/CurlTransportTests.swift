@@ -322,6 +322,58 @@ struct CurlTransportTests {
         }
     }
 
+    /// A command only wakes the transfer thread when it sleeps, so none may be left waiting for
+    /// the poll's timeout: with that timeout at an hour, bursts of overlapping requests (which
+    /// arrive while the thread is busy) and requests one after the other (which find it asleep)
+    /// all complete, and well before the deadline below, which only a lost wake-up would reach.
+    @Test func everyCommandWakesTheThreadThatSleeps() async throws {
+        var configuration = CurlTransport.Configuration()
+        configuration.idlePollInterval = .seconds(3600)
+        try await Fixtures.withSimulatorAndTransport(configuration) { base, state, transport in
+            let finished = try await withThrowingTaskGroup(of: Int?.self) { outer in
+                outer.addTask {
+                    var done = 0
+                    for round in 0..<5 {
+                        done += try await withThrowingTaskGroup(of: Int.self) { group in
+                            for i in 0..<40 {
+                                group.addTask {
+                                    let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/burst/\(round)/\(i)"))
+                                    _ = try await response.body.collect(upTo: 1 << 16)
+                                    return response.status == 200 ? 1 : 0
+                                }
+                            }
+                            return try await group.reduce(0, +)
+                        }
+                        for i in 0..<10 {
+                            let response = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/one/\(round)/\(i)"))
+                            _ = try await response.body.collect(upTo: 1 << 16)
+                            if response.status == 200 { done += 1 }
+                        }
+                    }
+                    return done
+                }
+                outer.addTask {
+                    try await Task.sleep(for: .seconds(60))
+                    return nil
+                }
+                let first = try await outer.next() ?? nil
+                outer.cancelAll()
+                return first
+            }
+            #expect(finished == 250, "a request waited for the poll's timeout (finished: \(String(describing: finished)))")
+            #expect(state.requests(route: "ANY /echo") == 250)
+            #expect(transport.statistics.transfersActive == 0)
+        }
+    }
+
+    @Test func anIdlePollIntervalOutsideItsRangeIsAProblem() {
+        var configuration = CurlTransport.Configuration()
+        configuration.idlePollInterval = .zero
+        #expect(configuration.problems == ["idlePollInterval must be between 1 ms and 1 hour"])
+        configuration.idlePollInterval = .seconds(3601)
+        #expect(configuration.problems == ["idlePollInterval must be between 1 ms and 1 hour"])
+    }
+
     /// `PARLEY_UPSTREAM_CONNECTIONS_PER_HOST` reaches libcurl: twelve exchanges that overlap open
     /// twelve connections by default and at most three under a limit of three, all answered.
     @Test(arguments: [nil, 3])
