@@ -11,7 +11,10 @@
 #      the load run again with a second load generator (h2load --h1), so that a ratio
 #      that depends on wrk alone shows up;
 #      plus Parley's /healthz and /v1/registrations/me to split its cost; and the proxied GET
-#      with a client-credentials token injected, and with Basic and a jar of 20 cookies;
+#      with a client-credentials token injected, and with Basic and a jar of 20 cookies, each
+#      compared with the plain call in back-to-back pairs (the median of BENCH_PAIR_ROUNDS);
+#      system calls and context switches per request of Parley, nginx, HAProxy and the
+#      simulator (perf stat, first round);
 #   2. Parley's resident memory and throughput during 1 GiB transfers against nginx: a
 #      download, an upload with Content-Length and a chunked upload without one;
 #   3. Parley's cold start to ready and its idle resident memory;
@@ -22,7 +25,8 @@
 # Knobs (environment):
 #   BENCH_THREADS (2), BENCH_CONNECTIONS (32), BENCH_DURATION (10s)   the load runs
 #   BENCH_LATENCY_DURATION (5s)                                       the 1-connection runs
-#   BENCH_WARMUP (3s)                                                 before every run
+#   BENCH_WARMUP (3s)                                                 before every run (not the paired ones)
+#   BENCH_PAIR_ROUNDS (5)                                             rounds of 3 s plain/token/jar pairs
 #   BENCH_DOWNLOAD_MIB (1024)                                         the transfers (download, both uploads)
 #   BENCH_SKIP_BUILD=1                                                use the existing release binaries
 #                                                                     (.build/release; swift is not run)
@@ -356,17 +360,62 @@ measure_end() {
     'BEGIN { v = all ? 100 * o / all : 0; if (v < 0) v = 0; printf "%.0f", v }')"
 }
 
+# System calls and context switches per request, by process, in the first round's runs of the
+# headline paths: counts of work done, which the machine's drift (see the rounds below) does not
+# move. `perf stat` counts the kernel's raw_syscalls tracepoint for the proxy under test and,
+# separately, for the simulator behind it. Without perf (or without the permission to count),
+# the figure reads "n/a".
+syscall_subjects() {
+  case "$1" in
+    direct_r1) echo "" ;;
+    nginx_r1) nginx_pids | tr ' ' ',' ;;
+    haproxy_r1) haproxy_pids | tr ' ' ',' ;;
+    parley_r1) echo "$parley_pid" ;;
+    *) return 1 ;;
+  esac
+}
+# syscall_count_begin NAME ARRAY — starts the counters for NAME's run (when it is one of the
+# above), leaving their pids in ARRAY for syscall_count_end.
+syscall_count_begin() {
+  local name="$1" subject
+  local -n started="$2"
+  command -v perf >/dev/null || return 0
+  subject="$(syscall_subjects "$name")" || return 0
+  if [ -n "$subject" ]; then
+    perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$subject" -o "$tmp/syscalls-$name-proxy.csv" >/dev/null 2>&1 &
+    started+=("$!")
+  fi
+  perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$sim_pid" -o "$tmp/syscalls-$name-sim.csv" >/dev/null 2>&1 &
+  started+=("$!")
+}
+syscall_count_end() {
+  local p
+  for p in "$@"; do kill -INT "$p" 2>/dev/null || true; done
+  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+}
+# per_request_events NAME WHO EVENT — EVENT's count per request of NAME's run, "n/a" without one.
+per_request_events() {
+  local file="$tmp/syscalls-$1-$2.csv" requests="req_$1"
+  [ -s "$file" ] || { echo "n/a"; return; }
+  awk -F, -v e="$3" -v n="${!requests}" '$3 == e && $1 ~ /^[0-9]+$/ { printf "%.1f", $1 / n; found = 1 } END { if (!found) print "n/a" }' "$file"
+}
+
 # run_wrk NAME URL [header] — wrk with $w_threads, $w_connections, $w_duration; sets rps_NAME, p50_NAME, p90_NAME, p99_NAME, req_NAME, CPU deltas and other_pct_NAME.
 run_wrk() {
   local name="$1" url="$2" header="${3:-}" out="$tmp/wrk-$1.txt" args=()
   [ -n "$header" ] && args=(-H "$header")
-  wrk -t"$w_threads" -c"$w_connections" -d"$warmup" "${args[@]}" "$url" >"$tmp/wrk-$name-warmup.txt" 2>&1 \
-    || { cat "$tmp/wrk-$name-warmup.txt" >&2; die "wrk warm-up against $name"; }
+  # An empty $warmup skips the warm-up (the paired runs, whose paths are warm already).
+  if [ -n "$warmup" ]; then
+    wrk -t"$w_threads" -c"$w_connections" -d"$warmup" "${args[@]}" "$url" >"$tmp/wrk-$name-warmup.txt" 2>&1 \
+      || { cat "$tmp/wrk-$name-warmup.txt" >&2; die "wrk warm-up against $name"; }
+  fi
   # PostgreSQL reports a backend's transaction counts up to 10 s late once it goes idle,
   # so the count is taken (for Parley only) after 11 s of quiet on both sides.
   local xact_before=0 xact_after=0 xact_query="SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'"
   if [ "$name" = parley_r1 ]; then sleep 11; xact_before="$(psql_value "$xact_query")"; fi
   measure_begin
+  local stat_pids=()
+  syscall_count_begin "$name" stat_pids
   local perf_pid=""
   if [ "$name" = parley_r1 ] && [ "${BENCH_PROFILE:-}" = "1" ]; then
     # Samples Parley's threads (call graphs) for the length of the proxied run.
@@ -381,6 +430,7 @@ run_wrk() {
     || { cat "$out" >&2; die "wrk against $name"; }
   wait "$ss_pid" || true
   if [ -n "$perf_pid" ]; then wait "$perf_pid" || true; fi
+  syscall_count_end "${stat_pids[@]}"
   measure_end "$name"
   if [ "$name" = parley_r1 ]; then sleep 11; xact_after="$(psql_value "$xact_query")"; fi
   printf -v "xact_$name" '%s' "$(( xact_after - xact_before ))"
@@ -500,6 +550,23 @@ best_of() {
 for n in direct nginx haproxy parley parleycc parleyjar; do best_of "$n" p50 p90 p99 err; done
 for n in h2direct h2nginx h2haproxy h2parley; do best_of "$n" mean sd max failed; done
 xact_parley="$xact_parley_r1" xact_req_parley="$req_parley_r1"
+# The token and cookie-jar comparisons in pairs: the machine's speed drifts by up to 30 %
+# between ten-second runs (every process with it), so two runs minutes apart compare the
+# machine as much as the paths. Here plain, token and jar calls run back to back for 3 s
+# each, $pair_rounds times, the order reversed every other time, and each comparison is the
+# median of its per-round ratios (requests/s, and Parley's CPU per request).
+pair_rounds="${BENCH_PAIR_ROUNDS:-5}"
+say "bench: paired runs of plain, token and cookie-jar calls ($pair_rounds rounds of wrk -t$threads -c$connections -d3s each)" >&2
+w_duration=3s
+for round in $(seq "$pair_rounds"); do
+  order=(parley parleycc parleyjar)
+  [ $(( round % 2 )) -eq 0 ] && order=(parleyjar parleycc parley)
+  for n in "${order[@]}"; do
+    case "$n" in parley) t="$token" ;; parleycc) t="$token_cc" ;; parleyjar) t="$token_jar" ;; esac
+    warmup="" run_wrk "pair${n}_$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $t"
+  done
+done
+w_duration="$duration"
 # Breakdown of Parley's own cost: the HTTP stack and middleware alone (/healthz: no
 # database, no upstream), then with the client-token lookup (/v1/registrations/me:
 # one query, no upstream). The proxied GET adds the cookie-jar read and the upstream call.
@@ -698,10 +765,31 @@ tp_parleycc_nginx="$(ratio "$rps_parleycc" "$rps_nginx")"
 add_p50_parleyjar1="$(diff_ms "$p50_parleyjar1" "$p50_direct1")"
 add_p99_parleyjar="$(diff_ms "$p99_parleyjar" "$p99_direct")"
 tp_parleyjar_nginx="$(ratio "$rps_parleyjar" "$rps_nginx")"
-# within PCT A B — 1 when A is within PCT % of B, either way.
-within() { awk -v p="$1" -v a="$2" -v b="$3" 'BEGIN { print (b > 0 && a <= b * (1 + p / 100) && a >= b * (1 - p / 100)) }'; }
 # Parley's CPU per proxied request over nginx's, both from the same round's load runs.
 cpu_parley_over_nginx="$(ratio "$(cpu_us parley parley)" "$(cpu_us nginx nginx)")"
+# The paired runs: each round's ratios against the plain call of the same round, and their medians.
+# pair_ratios KIND FIGURE — "r1 r2 …" of KIND (parleycc, parleyjar) over plain; FIGURE rps or cpu.
+pair_ratios() {
+  local kind="$1" figure="$2" round a b out=()
+  for round in $(seq "$pair_rounds"); do
+    if [ "$figure" = rps ]; then
+      a="rps_pair${kind}_$round" b="rps_pairparley_$round"; a="${!a}" b="${!b}"
+    else
+      a="$(cpu_us parley "pair${kind}_$round")" b="$(cpu_us parley "pairparley_$round")"
+    fi
+    out+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')")
+  done
+  echo "${out[*]}"
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# pct_from_ratio R — "+3.1 %" for 1.031.
+pct_from_ratio() { awk -v r="$1" 'BEGIN { printf "%+.1f %%", (r - 1) * 100 }'; }
+pair_cc_rps="$(pair_ratios parleycc rps)" pair_cc_cpu="$(pair_ratios parleycc cpu)"
+pair_jar_rps="$(pair_ratios parleyjar rps)" pair_jar_cpu="$(pair_ratios parleyjar cpu)"
+# shellcheck disable=SC2086
+med_cc_rps="$(median $pair_cc_rps)" med_cc_cpu="$(median $pair_cc_cpu)" med_jar_rps="$(median $pair_jar_rps)" med_jar_cpu="$(median $pair_jar_cpu)"
+# within_ratio PCT R — 1 when R is within PCT % of 1, either way.
+within_ratio() { awk -v p="$1" -v r="$2" 'BEGIN { print (r <= 1 + p / 100 && r >= 1 - p / 100) }'; }
 
 say ""
 say "================ Parley benchmark ================"
@@ -826,9 +914,10 @@ say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (targe
 floor_over_nginx="$(ratio "$(cpu_us parley healthz)" "$(cpu_us nginx nginx)")"
 floor_room_us="$(awk -v n="$(cpu_us nginx nginx)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", 3 * n - h }')"
 say "RESULT framework floor: Parley's GET /healthz costs $(cpu_us parley healthz) us of CPU = $floor_over_nginx of nginx's whole proxied request ($(cpu_us nginx nginx) us); the simulator, a Hummingbird application, $(cpu_us sim direct) us per /echo answer; the CPU target (<= 3x nginx) leaves a proxied request $floor_room_us us above /healthz, the measured one takes $(awk -v p="$(cpu_us parley parley)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", p - h }') us"
+say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
-say "RESULT tokens injected (client credentials, cached): throughput $rps_parleycc vs $rps_parley req/s ($(verdict "$(within 10 "$rps_parleycc" "$rps_parley")") within 10 %), parley/nginx $tp_parleycc_nginx; CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us ($(verdict "$(within 10 "$(cpu_us parley parleycc)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
-say "RESULT cookie jar (Basic, 20 cookies): throughput $rps_parleyjar vs $rps_parley req/s ($(verdict "$(within 15 "$rps_parleyjar" "$rps_parley")") within 15 %), parley/nginx $tp_parleyjar_nginx; CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us ($(verdict "$(within 15 "$(cpu_us parley parleyjar)" "$(cpu_us parley parley)")")); added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
+say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds: throughput $(pct_from_ratio "$med_cc_rps") against plain ($(verdict "$(within_ratio 10 "$med_cc_rps")") within 10 %; median of $pair_cc_rps), CPU per request $(pct_from_ratio "$med_cc_cpu") ($(verdict "$(within_ratio 10 "$med_cc_cpu")"); median of $pair_cc_cpu); the rounds above: $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
+say "RESULT cookie jar (Basic, 20 cookies), $pair_rounds paired rounds: throughput $(pct_from_ratio "$med_jar_rps") against plain ($(verdict "$(within_ratio 15 "$med_jar_rps")") within 15 %; median of $pair_jar_rps), CPU per request $(pct_from_ratio "$med_jar_cpu") ($(verdict "$(within_ratio 15 "$med_jar_cpu")"); median of $pair_jar_cpu); the rounds above: $rps_parleyjar vs $rps_parley req/s, CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us, parley/nginx $tp_parleyjar_nginx; added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"

@@ -18,6 +18,8 @@ if [ "${1:-}" = "--test" ]; then
   # make bench (scripts/bench.sh, which installs through --test): h2load (nghttp2-client) is
   # its second load generator beside wrk; HAProxy (below) its second proxy baseline beside nginx.
   want+=(nghttp2-client)
+  # make bench counts system calls and context switches per request with perf stat.
+  want+=(linux-perf)
   # The real SAML2 identity provider and service provider of the hosted-flow tests
   # (Tests/Fixtures/saml): SimpleSAMLphp under PHP's own server, a pysaml2 SP (behind
   # Werkzeug's ProxyFix in its proxyfix mode).
