@@ -12,7 +12,8 @@
 #      that depends on wrk alone shows up;
 #      plus Parley's /healthz and /v1/registrations/me to split its cost; and the proxied GET
 #      with a client-credentials token injected, and with Basic and a jar of 20 cookies, each
-#      compared with the plain call in back-to-back pairs (the median of BENCH_PAIR_ROUNDS);
+#      compared with the plain call in back-to-back pairs to /status/200, in units of the
+#      simulator's speed during each run (the median of BENCH_PAIR_ROUNDS);
 #      system calls and context switches per request of Parley, nginx, HAProxy and the
 #      simulator (perf stat, first round);
 #   2. Parley's resident memory and throughput during 1 GiB transfers against nginx: a
@@ -550,20 +551,24 @@ best_of() {
 for n in direct nginx haproxy parley parleycc parleyjar; do best_of "$n" p50 p90 p99 err; done
 for n in h2direct h2nginx h2haproxy h2parley; do best_of "$n" mean sd max failed; done
 xact_parley="$xact_parley_r1" xact_req_parley="$req_parley_r1"
-# The token and cookie-jar comparisons in pairs: the machine's speed drifts by up to 30 %
-# between ten-second runs (every process with it), so two runs minutes apart compare the
-# machine as much as the paths. Here plain, token and jar calls run back to back for 3 s
-# each, $pair_rounds times, the order reversed every other time, and each comparison is the
-# median of its per-round ratios (requests/s, and Parley's CPU per request).
+# The token and cookie-jar comparisons, measured against the machine's drift. Its speed moves
+# by up to 30 % between runs a few seconds apart, every process with it: the simulator's CPU per
+# answer moves as much as Parley's. So plain, token and jar calls run back to back for 3 s
+# each, $pair_rounds times, the order reversed every other time, to the simulator's
+# /status/200 (the same fixed answer for all three, where /echo/bench would echo the jar's 20
+# cookies back and make the upstream's work differ), and each run's figures are taken in units
+# of the simulator's speed during that run: Parley's CPU per request divided by the
+# simulator's, and requests/s multiplied by the simulator's CPU per request. Each comparison is
+# the median of its per-round ratios against the plain call.
 pair_rounds="${BENCH_PAIR_ROUNDS:-5}"
-say "bench: paired runs of plain, token and cookie-jar calls ($pair_rounds rounds of wrk -t$threads -c$connections -d3s each)" >&2
+say "bench: paired runs of plain, token and cookie-jar calls to /status/200 ($pair_rounds rounds of wrk -t$threads -c$connections -d3s each)" >&2
 w_duration=3s
 for round in $(seq "$pair_rounds"); do
   order=(parley parleycc parleyjar)
   [ $(( round % 2 )) -eq 0 ] && order=(parleyjar parleycc parley)
   for n in "${order[@]}"; do
     case "$n" in parley) t="$token" ;; parleycc) t="$token_cc" ;; parleyjar) t="$token_jar" ;; esac
-    warmup="" run_wrk "pair${n}_$round" "http://127.0.0.1:$parley_port/v1/proxy/echo/bench" "Authorization: Bearer $t"
+    warmup="" run_wrk "pair${n}_$round" "http://127.0.0.1:$parley_port/v1/proxy/status/200" "Authorization: Bearer $t"
   done
 done
 w_duration="$duration"
@@ -768,26 +773,34 @@ tp_parleyjar_nginx="$(ratio "$rps_parleyjar" "$rps_nginx")"
 # Parley's CPU per proxied request over nginx's, both from the same round's load runs.
 cpu_parley_over_nginx="$(ratio "$(cpu_us parley parley)" "$(cpu_us nginx nginx)")"
 # The paired runs: each round's ratios against the plain call of the same round, and their medians.
-# pair_ratios KIND FIGURE — "r1 r2 …" of KIND (parleycc, parleyjar) over plain; FIGURE rps or cpu.
+# pair_ratios KIND FIGURE — "r1 r2 …" of KIND (parleycc, parleyjar) over plain. FIGURE: rps or cpu
+# (as measured), tp or work (in units of the simulator's speed: requests/s times the simulator's
+# CPU per request; Parley's CPU per request over the simulator's).
 pair_ratios() {
-  local kind="$1" figure="$2" round a b out=()
+  local kind="$1" figure="$2" round x p out=()
   for round in $(seq "$pair_rounds"); do
-    if [ "$figure" = rps ]; then
-      a="rps_pair${kind}_$round" b="rps_pairparley_$round"; a="${!a}" b="${!b}"
-    else
-      a="$(cpu_us parley "pair${kind}_$round")" b="$(cpu_us parley "pairparley_$round")"
-    fi
-    out+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')")
+    x="pair${kind}_$round" p="pairparley_$round"
+    local rx="rps_$x" rp="rps_$p"
+    out+=("$(awk -v f="$figure" -v rx="${!rx}" -v rp="${!rp}" -v cx="$(cpu_us parley "$x")" -v cp="$(cpu_us parley "$p")" \
+      -v sx="$(cpu_us sim "$x")" -v sp="$(cpu_us sim "$p")" 'BEGIN {
+        if (f == "rps") v = rx / rp; else if (f == "cpu") v = cx / cp
+        else if (f == "tp") v = (sx > 0 && sp > 0) ? (rx * sx) / (rp * sp) : 0
+        else v = (sx > 0 && sp > 0) ? (cx / sx) / (cp / sp) : 0
+        printf "%.3f", v }')")
   done
   echo "${out[*]}"
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # pct_from_ratio R — "+3.1 %" for 1.031.
 pct_from_ratio() { awk -v r="$1" 'BEGIN { printf "%+.1f %%", (r - 1) * 100 }'; }
-pair_cc_rps="$(pair_ratios parleycc rps)" pair_cc_cpu="$(pair_ratios parleycc cpu)"
-pair_jar_rps="$(pair_ratios parleyjar rps)" pair_jar_cpu="$(pair_ratios parleyjar cpu)"
-# shellcheck disable=SC2086
-med_cc_rps="$(median $pair_cc_rps)" med_cc_cpu="$(median $pair_cc_cpu)" med_jar_rps="$(median $pair_jar_rps)" med_jar_cpu="$(median $pair_jar_cpu)"
+for kind in cc jar; do
+  for figure in rps cpu tp work; do
+    printf -v "pair_${kind}_$figure" '%s' "$(pair_ratios "parley$kind" "$figure")"
+    v="pair_${kind}_$figure"
+    # shellcheck disable=SC2086
+    printf -v "med_${kind}_$figure" '%s' "$(median ${!v})"
+  done
+done
 # within_ratio PCT R — 1 when R is within PCT % of 1, either way.
 within_ratio() { awk -v p="$1" -v r="$2" 'BEGIN { print (r <= 1 + p / 100 && r >= 1 - p / 100) }'; }
 
@@ -916,8 +929,8 @@ floor_room_us="$(awk -v n="$(cpu_us nginx nginx)" -v h="$(cpu_us parley healthz)
 say "RESULT framework floor: Parley's GET /healthz costs $(cpu_us parley healthz) us of CPU = $floor_over_nginx of nginx's whole proxied request ($(cpu_us nginx nginx) us); the simulator, a Hummingbird application, $(cpu_us sim direct) us per /echo answer; the CPU target (<= 3x nginx) leaves a proxied request $floor_room_us us above /healthz, the measured one takes $(awk -v p="$(cpu_us parley parley)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", p - h }') us"
 say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
-say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds: throughput $(pct_from_ratio "$med_cc_rps") against plain ($(verdict "$(within_ratio 10 "$med_cc_rps")") within 10 %; median of $pair_cc_rps), CPU per request $(pct_from_ratio "$med_cc_cpu") ($(verdict "$(within_ratio 10 "$med_cc_cpu")"); median of $pair_cc_cpu); the rounds above: $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
-say "RESULT cookie jar (Basic, 20 cookies), $pair_rounds paired rounds: throughput $(pct_from_ratio "$med_jar_rps") against plain ($(verdict "$(within_ratio 15 "$med_jar_rps")") within 15 %; median of $pair_jar_rps), CPU per request $(pct_from_ratio "$med_jar_cpu") ($(verdict "$(within_ratio 15 "$med_jar_cpu")"); median of $pair_jar_cpu); the rounds above: $rps_parleyjar vs $rps_parley req/s, CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us, parley/nginx $tp_parleyjar_nginx; added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
+say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
+say "RESULT cookie jar (Basic, 20 cookies), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_jar_tp") against plain ($(verdict "$(within_ratio 15 "$med_jar_tp")") within 15 %; median of $pair_jar_tp), CPU per request $(pct_from_ratio "$med_jar_work") ($(verdict "$(within_ratio 15 "$med_jar_work")"); median of $pair_jar_work); as measured: requests/s $(pct_from_ratio "$med_jar_rps"), CPU $(pct_from_ratio "$med_jar_cpu") (medians of $pair_jar_rps and $pair_jar_cpu); the rounds above (/echo/bench, which echoes the 20 cookies back): $rps_parleyjar vs $rps_parley req/s, CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us, parley/nginx $tp_parleyjar_nginx; added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
