@@ -773,32 +773,33 @@ tp_parleyjar_nginx="$(ratio "$rps_parleyjar" "$rps_nginx")"
 # Parley's CPU per proxied request over nginx's, both from the same round's load runs.
 cpu_parley_over_nginx="$(ratio "$(cpu_us parley parley)" "$(cpu_us nginx nginx)")"
 # The paired runs: each round's ratios against the plain call of the same round, and their medians.
-# pair_ratios KIND FIGURE — "r1 r2 …" of KIND (parleycc, parleyjar) over plain. FIGURE: rps or cpu
-# (as measured), tp or work (in units of the simulator's speed: requests/s times the simulator's
-# CPU per request; Parley's CPU per request over the simulator's).
-pair_ratios() {
-  local kind="$1" figure="$2" round x p out=()
+# pair_table KIND — one line per round, KIND's (parleycc, parleyjar) ratios over plain: requests/s
+# and CPU per request as measured, then in units of the simulator's speed (requests/s times the
+# simulator's CPU per request; Parley's CPU per request over the simulator's).
+pair_table() {
+  local kind="$1" round x p rx rp
   for round in $(seq "$pair_rounds"); do
     x="pair${kind}_$round" p="pairparley_$round"
-    local rx="rps_$x" rp="rps_$p"
-    out+=("$(awk -v f="$figure" -v rx="${!rx}" -v rp="${!rp}" -v cx="$(cpu_us parley "$x")" -v cp="$(cpu_us parley "$p")" \
+    rx="rps_$x" rp="rps_$p"
+    awk -v rx="${!rx}" -v rp="${!rp}" -v cx="$(cpu_us parley "$x")" -v cp="$(cpu_us parley "$p")" \
       -v sx="$(cpu_us sim "$x")" -v sp="$(cpu_us sim "$p")" 'BEGIN {
-        if (f == "rps") v = rx / rp; else if (f == "cpu") v = cx / cp
-        else if (f == "tp") v = (sx > 0 && sp > 0) ? (rx * sx) / (rp * sp) : 0
-        else v = (sx > 0 && sp > 0) ? (cx / sx) / (cp / sp) : 0
-        printf "%.3f", v }')")
+        if (rp <= 0 || cp <= 0 || sx <= 0 || sp <= 0) { print "0 0 0 0"; exit }
+        printf "%.3f %.3f %.3f %.3f\n", rx / rp, cx / cp, (rx * sx) / (rp * sp), (cx / sx) / (cp / sp) }'
   done
-  echo "${out[*]}"
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # pct_from_ratio R — "+3.1 %" for 1.031.
 pct_from_ratio() { awk -v r="$1" 'BEGIN { printf "%+.1f %%", (r - 1) * 100 }'; }
+# pair_KIND_FIGURE: the rounds' ratios ("r1 r2 …"); med_KIND_FIGURE: their median.
 for kind in cc jar; do
+  table="$(pair_table "parley$kind")"
+  column=1
   for figure in rps cpu tp work; do
-    printf -v "pair_${kind}_$figure" '%s' "$(pair_ratios "parley$kind" "$figure")"
+    printf -v "pair_${kind}_$figure" '%s' "$(awk -v c="$column" '{ printf "%s%s", (NR > 1 ? " " : ""), $c }' <<<"$table")"
     v="pair_${kind}_$figure"
     # shellcheck disable=SC2086
     printf -v "med_${kind}_$figure" '%s' "$(median ${!v})"
+    column=$(( column + 1 ))
   done
 done
 # within_ratio PCT R — 1 when R is within PCT % of 1, either way.
