@@ -655,7 +655,8 @@ transfer() {
   [ "$1" = 200 ] && [ "$2" = "$(( download_mib << 20 ))" ] || die "a ${direction} transfer answered $1 with $2 bytes ($url)"
   echo "$3"
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# median VALUE… — the middle value; of an even count, the mean of the two middle ones.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 ul_runs=("$ul_speed") ngul_runs=("$ngul_speed") dl_runs=("$dl_speed") ngdl_runs=("$ngdl_speed")
 for _ in 2 3; do
   ul_runs+=("$(transfer up "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" "Authorization: Bearer $token")")
@@ -787,7 +788,6 @@ pair_table() {
         printf "%.3f %.3f %.3f %.3f\n", rx / rp, cx / cp, (rx * sx) / (rp * sp), (cx / sx) / (cp / sp) }'
   done
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # pct_from_ratio R — "+3.1 %" for 1.031.
 pct_from_ratio() { awk -v r="$1" 'BEGIN { printf "%+.1f %%", (r - 1) * 100 }'; }
 # pair_KIND_FIGURE: the rounds' ratios ("r1 r2 …"); med_KIND_FIGURE: their median.
