@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-swift build -c release --product parley
-bin="$(swift build -c release --show-bin-path)"
+swift build -c release --static-swift-stdlib --product parley
+bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
 install -m 0755 "$bin/parley" /usr/local/bin/parley
 install -m 0644 deploy/parley.service /etc/systemd/system/parley.service
 id parley >/dev/null 2>&1 || useradd --system --home /var/lib/parley --shell /usr/sbin/nologin parley

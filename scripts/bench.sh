@@ -132,13 +132,13 @@ if [ "${BENCH_SKIP_BUILD:-}" = "1" ] && [ -x .build/release/upstream-simulator ]
   && { [ -n "${BENCH_PARLEY_BIN:-}" ] || [ -x .build/release/parley ]; }; then
   bin="$root/.build/release"  # the default .build's release binaries, without asking swift
 elif [ "${BENCH_SKIP_BUILD:-}" != "1" ]; then
-  say "bench: building release binaries (swift build -c release; several minutes on a cold .build)" >&2
+  say "bench: building release binaries (swift build -c release --static-swift-stdlib, as shipped; several minutes on a cold .build)" >&2
   for product in "${products[@]}"; do
-    swift build -c release --product "$product" >"$tmp/build-$product.log" 2>&1 \
-      || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --product $product"; }
+    swift build -c release --static-swift-stdlib --product "$product" >"$tmp/build-$product.log" 2>&1 \
+      || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --static-swift-stdlib --product $product"; }
   done
 fi
-[ -n "${bin:-}" ] || bin="$(swift build -c release --show-bin-path)"
+[ -n "${bin:-}" ] || bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
 [ -x "$bin/upstream-simulator" ] || die "release binary upstream-simulator missing in $bin"
 parley_bin="$(readlink -m "${BENCH_PARLEY_BIN:-$bin/parley}")"
 [ -x "$parley_bin" ] || die "the parley binary under test is missing or not executable: ${BENCH_PARLEY_BIN:-$bin/parley}"

@@ -119,7 +119,7 @@ progress() {
 
 build() {
   say "building $1 (release; the first build takes several minutes; full log in $state/build.log)"
-  if ! swift build -c release --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
+  if ! swift build -c release --static-swift-stdlib --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
     # The errors with a little context, else the log's end.
     if grep -qE '(^|: )error: ' "$state/build.log"; then
       { grep -E -A4 '(^|: )error: ' "$state/build.log" | head -60 >&2; } || true
@@ -137,7 +137,7 @@ if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
   : >"$state/build.log"
   [ -n "$parley_bin" ] || build parley
   [ -n "$sim_bin" ] || build upstream-simulator
-  bin="$(swift build -c release --show-bin-path)"
+  bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
   parley_bin="${parley_bin:-$bin/parley}"
   sim_bin="${sim_bin:-$bin/upstream-simulator}"
 fi

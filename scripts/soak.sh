@@ -100,11 +100,11 @@ sim_bin="${PARLEY_SIMULATOR_BINARY:-}"
 if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
   command -v swift >/dev/null || die "swift is not on PATH (Swift 6 toolchain needed)"
   for product in parley upstream-simulator; do
-    say "soak: building $product (swift build -c release; several minutes on a cold .build)" >&2
-    swift build -c release --product "$product" >"$tmp/build-$product.log" 2>&1 \
-      || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --product $product"; }
+    say "soak: building $product (swift build -c release --static-swift-stdlib; several minutes on a cold .build)" >&2
+    swift build -c release --static-swift-stdlib --product "$product" >"$tmp/build-$product.log" 2>&1 \
+      || { tail -40 "$tmp/build-$product.log" >&2; die "swift build -c release --static-swift-stdlib --product $product"; }
   done
-  bin="$(swift build -c release --show-bin-path)"
+  bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
   parley_bin="${parley_bin:-$bin/parley}"
   sim_bin="${sim_bin:-$bin/upstream-simulator}"
 fi

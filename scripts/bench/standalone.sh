@@ -6,8 +6,9 @@
 #   scripts/bench/standalone.sh                      # scale.sh refresh_storm.py propagation.py
 #   scripts/bench/standalone.sh propagation.py       # just one
 #
-# Uses the release binaries in BIN, or in `swift build -c release --show-bin-path`
-# (build them first: swift build -c release --product parley; … --product upstream-simulator).
+# Uses the release binaries in BIN, or in `swift build -c release --static-swift-stdlib --show-bin-path`
+# (build them first: swift build -c release --static-swift-stdlib --product parley; … --product
+# upstream-simulator).
 # Exits non-zero when a script fails.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -18,7 +19,7 @@ bench_name=standalone
 scripts=("$@")
 [ "${#scripts[@]}" -gt 0 ] || scripts=(scale.sh refresh_storm.py propagation.py)
 
-BIN="${BIN:-$(cd "$here/../.." && swift build -c release --show-bin-path)}"
+BIN="${BIN:-$(cd "$here/../.." && swift build -c release --static-swift-stdlib --show-bin-path)}"
 [ -x "$BIN/parley" ] && [ -x "$BIN/upstream-simulator" ] || die "release binaries missing in $BIN"
 
 tmp="$(mktemp -d /tmp/parley-bench-extra.XXXXXX)"
