@@ -87,6 +87,7 @@ let package = Package(
                 "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
@@ -168,6 +169,7 @@ let package = Package(
             dependencies: [
                 "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 // The webhook verifier docs/api.md shows, compiled and run as written.
                 .product(name: "Crypto", package: "swift-crypto"),

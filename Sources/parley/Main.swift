@@ -68,11 +68,6 @@ struct Serve: AsyncParsableCommand {
         let logger = try makeLogger(reader)
         try await runReportingConfiguration(logger: logger) {
             let configuration = try ParleyConfiguration(reading: reader)
-            if configuration.server.tasksOnEventLoops {
-                // Before the server, the store and the transport start anything.
-                let installed = LoopAffinity.installEventLoopsAsGlobalExecutor()
-                logger.debug("tasks run on the event loops", metadata: ["installed": "\(installed)"])
-            }
             // Before anything opens a span; nil when traces are off (the no-op tracer stays).
             let traces = try Traces.bootstrap(reader)
             let store = PostgresStore(

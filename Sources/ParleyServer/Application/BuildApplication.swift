@@ -1,6 +1,7 @@
 import AuthFlows
 public import Conversation
 public import Hummingbird
+import HummingbirdCore
 public import Logging
 public import ServiceLifecycle
 public import Store
@@ -239,8 +240,6 @@ func compose(
             metadata: ["destination": .string(destination.name)])
     }
     let router = Router(context: ParleyRequestContext.self)
-    // Outermost: everything below, the handlers and the answer's writing, keeps to the request's loop.
-    router.add(middleware: LoopAffinityMiddleware())
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
@@ -271,13 +270,14 @@ public func buildApplication(
     extraServices: [any Service] = [], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let composed = compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger)
+    let http1 = HTTP1Channel.Configuration(
+        additionalChannelHandlers: [
+            SlowPeerGuard(headTimeout: configuration.timeouts.requestHead, bodyIdleTimeout: configuration.timeouts.requestBodyIdle),
+            ContinueResponder(),
+        ], idleTimeout: .nanoseconds(Int64(configuration.connections.idleTimeout.components.seconds) * 1_000_000_000))
     return Application(
         router: composed.router,
-        server: .http1(
-            configuration: .init(additionalChannelHandlers: [
-                SlowPeerGuard(headTimeout: configuration.timeouts.requestHead, bodyIdleTimeout: configuration.timeouts.requestBodyIdle),
-                ContinueResponder(),
-            ], idleTimeout: .nanoseconds(Int64(configuration.connections.idleTimeout.components.seconds) * 1_000_000_000))),
+        server: configuration.server.tasksOnEventLoops ? .http1OnItsLoop(configuration: http1) : .http1(configuration: http1),
         configuration: .init(
             address: .hostname(configuration.server.host, port: configuration.server.port), serverName: nil,
             availableConnectionsDelegate: configuration.connections.acceptGate(logger: logger)),

@@ -144,8 +144,8 @@ extension ParleyConfiguration {
         /// Parley's resource identifier (RFC 9728, RFC 8707): the `aud` an agent's access token
         /// must name (`PARLEY_RESOURCE`); nil: the public URL.
         public var resource: String?
-        /// `PARLEY_TASKS_ON_EVENT_LOOPS` (default true): Swift's tasks run on NIO's event loops
-        /// (`LoopAffinity`), so a proxied request stays on the thread that owns its connection.
+        /// `PARLEY_TASKS_ON_EVENT_LOOPS` (default true): each connection's work runs on the NIO
+        /// event loop that owns it (`LoopBoundChannel`), so a proxied request stays on that thread.
         public var tasksOnEventLoops = true
 
         /// What an agent's access token must name as its audience.

@@ -1,31 +1,8 @@
 import Hummingbird
+import HummingbirdCore
+import Logging
 import NIOCore
-import NIOPosix
 import Synchronization
-
-/// Keeps a request on the event loop it arrived on.
-///
-/// With `PARLEY_TASKS_ON_EVENT_LOOPS` (the default), `parley serve` makes NIO's event loops
-/// Swift's global executor, so a connection's task already runs on its channel's loop. What
-/// still moved a request to another thread were resumptions from threads outside the loops —
-/// the curl thread handing back an upstream answer, the database pool handing back a row —
-/// which the global executor sends to any loop. Under a task executor preference for the
-/// current loop they come back to it: one hand-back per resumption, and the answer is
-/// written from the loop that owns the channel. Without the takeover (or off a loop), the
-/// work runs where it would have anyway.
-public enum LoopAffinity {
-    /// Runs `body` preferring the current event loop as its task executor, when there is one.
-    static func run<Value>(_ body: () async throws -> Value) async throws -> Value {
-        guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return try await body() }
-        return try await withTaskExecutorPreference(EventLoopTaskExecutor.for(loop)) { try await body() }
-    }
-
-    /// Installs the singleton event loop group as Swift's global executor; false when another
-    /// executor was installed first (the process then runs as without it). Once per process.
-    public static func installEventLoopsAsGlobalExecutor() -> Bool {
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-    }
-}
 
 /// One event loop as a `TaskExecutor`: a job enqueued from the loop itself is queued without
 /// waking anything, from another thread with the loop's one wake-up.
@@ -53,9 +30,33 @@ final class EventLoopTaskExecutor: TaskExecutor {
     }
 }
 
-/// The outermost middleware: the request's handling prefers the loop it arrived on.
-struct LoopAffinityMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        try await LoopAffinity.run { try await next(request, context) }
+/// A server child channel whose whole handling prefers the channel's own event loop
+/// (`PARLEY_TASKS_ON_EVENT_LOOPS`, the default).
+///
+/// Under this task executor preference every step of a connection runs on the loop that
+/// owns it: reading each request, the handler, every resumption from a thread outside the
+/// loops (the curl thread handing back an upstream answer, the database pool a row: one
+/// hand-back each) and the answer's writing. Without it, the connection's task runs on
+/// Swift's thread pool, and each part read or written crosses between that pool and the
+/// loop. The services' own tasks keep to Swift's pool.
+struct LoopBoundChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Inner.Value
+    let inner: Inner
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        inner.setup(channel: channel, logger: logger)
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await withTaskExecutorPreference(EventLoopTaskExecutor.for(value.channel.eventLoop)) {
+            await inner.handle(value: value, logger: logger)
+        }
+    }
+}
+
+extension HTTPServerBuilder {
+    /// HTTP/1.1 as `.http1(configuration:)` builds it, each connection kept on its loop.
+    static func http1OnItsLoop(configuration: HTTP1Channel.Configuration) -> HTTPServerBuilder {
+        .init { responder in LoopBoundChannel(inner: HTTP1Channel(responder: responder, configuration: configuration)) }
     }
 }
