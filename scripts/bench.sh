@@ -10,7 +10,8 @@
 #      under load (32 connections) and one request at a time (1 connection);
 #      the load run again with a second load generator (h2load --h1), so that a ratio
 #      that depends on wrk alone shows up;
-#      plus Parley's /healthz and /v1/registrations/me to split its cost; and the proxied GET
+#      plus Parley's /healthz and /v1/registrations/me to split its cost, and libcurl alone
+#      as the upstream half (scripts/bench/curl_floor.c, a C client); and the proxied GET
 #      with a client-credentials token injected, and with Basic and a jar of 20 cookies, each
 #      compared with the plain call in back-to-back pairs to /status/200, in units of the
 #      simulator's speed during each run (the median of BENCH_PAIR_ROUNDS);
@@ -123,7 +124,7 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 # ---------------------------------------------------------------- build
 scripts/install-deps.sh --test
 command -v swift >/dev/null || die "swift is not on PATH (Swift 6 toolchain needed)"
-for tool in wrk h2load nginx haproxy curl openssl python3; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
+for tool in wrk h2load nginx haproxy curl openssl python3 clang; do command -v "$tool" >/dev/null || die "$tool is not installed"; done
 tmp="$(mktemp -d /tmp/parley-bench.XXXXXX)"
 # The products to build: the simulator always, parley unless BENCH_PARLEY_BIN names another binary.
 products=(upstream-simulator)
@@ -577,6 +578,16 @@ w_duration="$duration"
 # one query, no upstream). The proxied GET adds the cookie-jar read and the upstream call.
 run_wrk healthz "http://127.0.0.1:$parley_port/healthz"
 run_wrk me "http://127.0.0.1:$parley_port/v1/registrations/me" "Authorization: Bearer $token"
+# The libcurl floor: the upstream half of a proxied GET done by libcurl alone, a C client
+# (scripts/bench/curl_floor.c) with as many transfers in flight as the load runs have
+# connections, a new easy handle each. With /healthz (the server half) it is the least a
+# proxied request on Hummingbird and libcurl can cost, whatever Parley does between them.
+floor_requests=50000
+say "bench: the libcurl floor ($floor_requests GETs to the simulator, $connections in flight)" >&2
+clang -O2 -o "$tmp/curl_floor" scripts/bench/curl_floor.c -lcurl >"$tmp/curl_floor-build.log" 2>&1 \
+  || { cat "$tmp/curl_floor-build.log" >&2; die "could not build scripts/bench/curl_floor.c"; }
+curl_floor_us="$("$tmp/curl_floor" "http://127.0.0.1:$sim_port/echo/bench" "$floor_requests" "$connections")" \
+  || die "the libcurl floor client failed"
 # Latency without queueing: one connection, one request at a time. Under the saturating
 # load above, latency is mostly time spent waiting for a CPU (Little's law: connections / throughput).
 say "bench: single-connection latency runs (wrk -t1 -c1 -d$latency_duration)" >&2
@@ -928,6 +939,8 @@ say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (targe
 floor_over_nginx="$(ratio "$(cpu_us parley healthz)" "$(cpu_us nginx nginx)")"
 floor_room_us="$(awk -v n="$(cpu_us nginx nginx)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", 3 * n - h }')"
 say "RESULT framework floor: Parley's GET /healthz costs $(cpu_us parley healthz) us of CPU = $floor_over_nginx of nginx's whole proxied request ($(cpu_us nginx nginx) us); the simulator, a Hummingbird application, $(cpu_us sim direct) us per /echo answer; the CPU target (<= 3x nginx) leaves a proxied request $floor_room_us us above /healthz, the measured one takes $(awk -v p="$(cpu_us parley parley)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", p - h }') us"
+floor_sum_us="$(awk -v h="$(cpu_us parley healthz)" -v c="$curl_floor_us" 'BEGIN { printf "%.1f", h + c }')"
+say "RESULT libcurl floor: libcurl alone (scripts/bench/curl_floor.c, $floor_requests GETs to the simulator, $connections in flight) costs $curl_floor_us us of CPU per request; with /healthz that is $floor_sum_us us = $(ratio "$floor_sum_us" "$(cpu_us nginx nginx)") of nginx's whole proxied request (the CPU target: 3), and Parley's proxied request takes $(awk -v p="$(cpu_us parley parley)" -v f="$floor_sum_us" 'BEGIN { printf "%.1f", p - f }') us more than both"
 say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
 say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
