@@ -7,7 +7,7 @@
  *
  *   curl_floor URL COUNT IN_FLIGHT
  *
- * Exits 1, with a message, when a transfer fails or answers other than 2xx.
+ * Exits 1, with a message, when a transfer fails, takes over 10 s or answers other than 2xx.
  */
 #include <curl/curl.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@ static CURL *transfer(const char *url) {
     if (easy == NULL) return NULL;
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 10000L); /* a stuck upstream fails the run */
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, drop);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, drop);
     return easy;
