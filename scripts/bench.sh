@@ -783,7 +783,8 @@ add_p50_parleyjar1="$(diff_ms "$p50_parleyjar1" "$p50_direct1")"
 add_p99_parleyjar="$(diff_ms "$p99_parleyjar" "$p99_direct")"
 tp_parleyjar_nginx="$(ratio "$rps_parleyjar" "$rps_nginx")"
 # Parley's CPU per proxied request over nginx's, both from the same round's load runs.
-cpu_parley_over_nginx="$(ratio "$(cpu_us parley parley)" "$(cpu_us nginx nginx)")"
+us_healthz="$(cpu_us parley healthz)" us_nginx="$(cpu_us nginx nginx)" us_parley="$(cpu_us parley parley)"
+cpu_parley_over_nginx="$(ratio "$us_parley" "$us_nginx")"
 # The paired runs: each round's ratios against the plain call of the same round, and their medians.
 # pair_table KIND — one line per round, KIND's (parleycc, parleyjar) ratios over plain: requests/s
 # and CPU per request as measured, then in units of the simulator's speed (requests/s times the
@@ -936,11 +937,11 @@ say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (targe
 # The floor under the CPU target: what the same HTTP server, router and middleware cost for an
 # answer that does nothing (/healthz), against nginx's whole proxied request. A Hummingbird
 # application of its own (the simulator answering /echo) is the second view of the same floor.
-floor_over_nginx="$(ratio "$(cpu_us parley healthz)" "$(cpu_us nginx nginx)")"
-floor_room_us="$(awk -v n="$(cpu_us nginx nginx)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", 3 * n - h }')"
-say "RESULT framework floor: Parley's GET /healthz costs $(cpu_us parley healthz) us of CPU = $floor_over_nginx of nginx's whole proxied request ($(cpu_us nginx nginx) us); the simulator, a Hummingbird application, $(cpu_us sim direct) us per /echo answer; the CPU target (<= 3x nginx) leaves a proxied request $floor_room_us us above /healthz, the measured one takes $(awk -v p="$(cpu_us parley parley)" -v h="$(cpu_us parley healthz)" 'BEGIN { printf "%.1f", p - h }') us"
-floor_sum_us="$(awk -v h="$(cpu_us parley healthz)" -v c="$curl_floor_us" 'BEGIN { printf "%.1f", h + c }')"
-say "RESULT libcurl floor: libcurl alone (scripts/bench/curl_floor.c, $floor_requests GETs to the simulator, $connections in flight) costs $curl_floor_us us of CPU per request; with /healthz that is $floor_sum_us us = $(ratio "$floor_sum_us" "$(cpu_us nginx nginx)") of nginx's whole proxied request (the CPU target: 3), and Parley's proxied request takes $(awk -v p="$(cpu_us parley parley)" -v f="$floor_sum_us" 'BEGIN { printf "%.1f", p - f }') us more than both"
+floor_over_nginx="$(ratio "$us_healthz" "$us_nginx")"
+floor_room_us="$(awk -v n="$us_nginx" -v h="$us_healthz" 'BEGIN { printf "%.1f", 3 * n - h }')"
+say "RESULT framework floor: Parley's GET /healthz costs $us_healthz us of CPU = $floor_over_nginx of nginx's whole proxied request ($us_nginx us); the simulator, a Hummingbird application, $(cpu_us sim direct) us per /echo answer; the CPU target (<= 3x nginx) leaves a proxied request $floor_room_us us above /healthz, the measured one takes $(awk -v p="$us_parley" -v h="$us_healthz" 'BEGIN { printf "%.1f", p - h }') us"
+floor_sum_us="$(awk -v h="$us_healthz" -v c="$curl_floor_us" 'BEGIN { printf "%.1f", h + c }')"
+say "RESULT libcurl floor: libcurl alone (scripts/bench/curl_floor.c, $floor_requests GETs to the simulator, $connections in flight) costs $curl_floor_us us of CPU per request; with /healthz that is $floor_sum_us us = $(ratio "$floor_sum_us" "$us_nginx") of nginx's whole proxied request (the CPU target: 3), and Parley's proxied request takes $(awk -v p="$us_parley" -v f="$floor_sum_us" 'BEGIN { printf "%.1f", p - f }') us more than both"
 say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
 say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
