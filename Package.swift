@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "parley", targets: ["parley"]),
         .executable(name: "upstream-simulator", targets: ["UpstreamSimulatorCLI"]),
         .executable(name: "parley-fuzz", targets: ["ParleyFuzz"]),
+        .executable(name: "server-floor", targets: ["ServerFloor"]),
         // For the separate benchmark package in Benchmarks/ (package-benchmark), which
         // can only reach another package's targets through its library products.
         .library(name: "ParleyBenchmarkSupport", targets: ["Conversation", "AuthFlows", "ParleyCrypto", "ParleyEncoding"]),
@@ -139,6 +140,21 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .executableTarget(name: "UpstreamSimulatorCLI", dependencies: ["UpstreamSimulator"], swiftSettings: swiftSettings),
+        // `make bench`'s server floors: a proxied GET's least cost on NIO alone and on Hummingbird,
+        // with Parley's libcurl transport and without (docs/benchmarks.md, "What it does").
+        .executableTarget(
+            name: "ServerFloor",
+            dependencies: [
+                "ParleyServer", "CurlTransport", "Conversation",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
 
         // Fuzz targets for the parsers that see untrusted bytes (docs/fuzzing.md): one function
         // per parser, replayed over Tests/Fuzz by the tests and run by libFuzzer in scripts/fuzz.sh.

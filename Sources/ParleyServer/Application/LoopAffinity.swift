@@ -1,17 +1,17 @@
 import Hummingbird
-import HummingbirdCore
+public import HummingbirdCore
 import Logging
-import NIOCore
+public import NIOCore
 import Synchronization
 
 /// One event loop as a `TaskExecutor`: a job enqueued from the loop itself is queued without
 /// waking anything, from another thread with the loop's one wake-up.
-final class EventLoopTaskExecutor: TaskExecutor {
+public final class EventLoopTaskExecutor: TaskExecutor {
     let loop: any EventLoop
 
     private init(_ loop: any EventLoop) { self.loop = loop }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
@@ -19,7 +19,7 @@ final class EventLoopTaskExecutor: TaskExecutor {
     private static let cache = Mutex<[ObjectIdentifier: EventLoopTaskExecutor]>([:])
 
     /// The executor of `loop`, made once per loop.
-    static func `for`(_ loop: any EventLoop) -> EventLoopTaskExecutor {
+    public static func `for`(_ loop: any EventLoop) -> EventLoopTaskExecutor {
         cache.withLock { cache in
             let key = ObjectIdentifier(loop)
             if let known = cache[key] { return known }
@@ -56,7 +56,7 @@ struct LoopBoundChannel<Inner: ServerChildChannel>: ServerChildChannel {
 
 extension HTTPServerBuilder {
     /// HTTP/1.1 as `.http1(configuration:)` builds it, each connection kept on its loop.
-    static func http1OnItsLoop(configuration: HTTP1Channel.Configuration) -> HTTPServerBuilder {
+    public static func http1OnItsLoop(configuration: HTTP1Channel.Configuration) -> HTTPServerBuilder {
         .init { responder in LoopBoundChannel(inner: HTTP1Channel(responder: responder, configuration: configuration)) }
     }
 }
