@@ -13,7 +13,7 @@
 #      plus Parley's /healthz and /v1/registrations/me to split its cost, libcurl alone
 #      as the upstream half (scripts/bench/curl_floor.c, a C client), and the server floors
 #      (server-floor: the same GET on NIO alone and on Hummingbird, doing nothing but the
-#      answer, with CurlTransport and without); and the proxied GET
+#      answer, with CurlTransport and without, and with libcurl driven on the loop); and the proxied GET
 #      with a client-credentials token injected, and with Basic and a jar of 20 cookies, each
 #      compared with the plain call in back-to-back pairs to /status/200, in units of the
 #      simulator's speed during each run (the median of BENCH_PAIR_ROUNDS);
@@ -595,22 +595,26 @@ curl_floor_us="$("$tmp/curl_floor" "http://127.0.0.1:$sim_port/echo/bench" "$flo
 # The server floors: the same GET answered by `server-floor` (a bench tool of this package), a
 # server that does nothing else, on NIO alone and on Hummingbird as Parley serves, once with a
 # fixed answer and once with the simulator's, fetched through CurlTransport (Parley's libcurl
-# transport: its thread and the hand-back to the loop). Measured in Parley's column of run_wrk.
-run_floor() { # NAME nio|hummingbird [UPSTREAM_URL]
+# transport: its thread and the hand-back to the loop); and once on NIO with libcurl driven on
+# the connection's own loop instead (curl_multi_socket_action, a thread that only waits for the
+# sockets), the design CurlTransport does not use. Measured in Parley's column of run_wrk.
+run_floor() { # NAME nio|hummingbird [UPSTREAM_URL [transport|loop]]
   local name="$1" server="$2" port floor_pid
+  shift 2
   port="$(free_ports 1)"
-  "$bin/server-floor" "$server" "$port" ${3:+"$3"} >"$tmp/$name.log" 2>&1 &
+  "$bin/server-floor" "$server" "$port" "$@" >"$tmp/$name.log" 2>&1 &
   floor_pid=$!
   wait_http_200 "http://127.0.0.1:$port/floor" 20 || { cat "$tmp/$name.log" >&2; die "server-floor $server did not answer"; }
   parley_pid="$floor_pid" run_wrk "$name" "http://127.0.0.1:$port/floor"
   kill "$floor_pid" 2>/dev/null || true
   wait "$floor_pid" 2>/dev/null || true
 }
-say "bench: the server floors (server-floor: NIO alone and Hummingbird, without and with CurlTransport)" >&2
+say "bench: the server floors (server-floor: NIO alone and Hummingbird, without and with CurlTransport; libcurl on the loop)" >&2
 run_floor floor_nio nio
 run_floor floor_hb hummingbird
 run_floor floor_nio_curl nio "http://127.0.0.1:$sim_port/echo/bench"
 run_floor floor_hb_curl hummingbird "http://127.0.0.1:$sim_port/echo/bench"
+run_floor floor_nio_loopcurl nio "http://127.0.0.1:$sim_port/echo/bench" loop
 # Latency without queueing: one connection, one request at a time. Under the saturating
 # load above, latency is mostly time spent waiting for a CPU (Little's law: connections / throughput).
 say "bench: single-connection latency runs (wrk -t1 -c1 -d$latency_duration)" >&2
@@ -895,7 +899,8 @@ row "NIO alone, fixed answer" floor_nio
 row "Hummingbird, fixed answer" floor_hb
 row "NIO + CurlTransport -> simulator" floor_nio_curl
 row "Hummingbird + CurlTransport -> sim" floor_hb_curl
-for n in healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl direct1 nginx1 haproxy1 parley1 parleycc1 parleyjar1 healthz1 me1; do
+row "NIO + libcurl on the loop -> sim" floor_nio_loopcurl
+for n in healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl direct1 nginx1 haproxy1 parley1 parleycc1 parleyjar1 healthz1 me1; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
@@ -929,7 +934,7 @@ say "load generators: parley/nginx is $tp_parley_nginx with wrk, $h2_parley_ngin
 say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
 printf '%-22s %10s %10s %10s %11s %12s %12s\n' "run" "parley us" "sim us" "nginx us" "haproxy us" "postgres us" "load gen us"
-for n in direct nginx haproxy parley parleycc parleyjar healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl h2direct h2nginx h2haproxy h2parley; do
+for n in direct nginx haproxy parley parleycc parleyjar healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl h2direct h2nginx h2haproxy h2parley; do
   r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; ch="cpu_haproxy_$n"; cg="cpu_pg_$n"; cw="cpu_gen_$n"
   printf '%-22s %10s %10s %10s %11s %12s %12s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
     "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!ch}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
@@ -971,8 +976,8 @@ say "RESULT framework floor: Parley's GET /healthz costs $us_healthz us of CPU =
 floor_sum_us="$(awk -v h="$us_healthz" -v c="$curl_floor_us" 'BEGIN { printf "%.1f", h + c }')"
 say "RESULT libcurl floor: libcurl alone (scripts/bench/curl_floor.c, $floor_requests GETs to the simulator, $connections in flight) costs $curl_floor_us us of CPU per request; with /healthz that is $floor_sum_us us = $(ratio "$floor_sum_us" "$us_nginx") of nginx's whole proxied request (the CPU target: 3), and Parley's proxied request takes $(awk -v p="$us_parley" -v f="$floor_sum_us" 'BEGIN { printf "%.1f", p - f }') us more than both"
 us_floor_nio="$(cpu_us parley floor_nio)" us_floor_hb="$(cpu_us parley floor_hb)"
-us_floor_nio_curl="$(cpu_us parley floor_nio_curl)" us_floor_hb_curl="$(cpu_us parley floor_hb_curl)"
-say "RESULT server floors (server-floor, nothing but the answer): a fixed answer costs $us_floor_nio us of CPU on NIO alone, $us_floor_hb us on Hummingbird; the simulator's answer through CurlTransport $us_floor_nio_curl us on NIO alone = $(ratio "$us_floor_nio_curl" "$us_nginx") of nginx's whole proxied request, $us_floor_hb_curl us on Hummingbird = $(ratio "$us_floor_hb_curl" "$us_nginx") (the CPU target: 3); Parley's proxied request takes $(awk -v p="$us_parley" -v f="$us_floor_hb_curl" 'BEGIN { printf "%.1f", p - f }') us more than the Hummingbird floor, of which Hummingbird itself accounts for $(awk -v h="$us_floor_hb_curl" -v n="$us_floor_nio_curl" 'BEGIN { printf "%.1f", h - n }') us"
+us_floor_nio_curl="$(cpu_us parley floor_nio_curl)" us_floor_hb_curl="$(cpu_us parley floor_hb_curl)" us_floor_loopcurl="$(cpu_us parley floor_nio_loopcurl)"
+say "RESULT server floors (server-floor, nothing but the answer): a fixed answer costs $us_floor_nio us of CPU on NIO alone, $us_floor_hb us on Hummingbird; the simulator's answer through CurlTransport $us_floor_nio_curl us on NIO alone = $(ratio "$us_floor_nio_curl" "$us_nginx") of nginx's whole proxied request, $us_floor_hb_curl us on Hummingbird = $(ratio "$us_floor_hb_curl" "$us_nginx") (the CPU target: 3); Parley's proxied request takes $(awk -v p="$us_parley" -v f="$us_floor_hb_curl" 'BEGIN { printf "%.1f", p - f }') us more than the Hummingbird floor, of which Hummingbird itself accounts for $(awk -v h="$us_floor_hb_curl" -v n="$us_floor_nio_curl" 'BEGIN { printf "%.1f", h - n }') us; libcurl driven on the loop instead of CurlTransport's thread, on NIO: $us_floor_loopcurl us ($(ratio "$us_floor_loopcurl" "$us_floor_nio_curl") of CurlTransport's; the simulator behind it $(cpu_us sim floor_nio_loopcurl) against $(cpu_us sim floor_nio_curl) us per answer)"
 say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
 say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
 say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"

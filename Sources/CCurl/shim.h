@@ -23,6 +23,12 @@ static inline CURLcode c_parley_easy_getinfo_off(CURL *h, CURLINFO i, curl_off_t
 static inline CURLcode c_parley_easy_getinfo_pointer(CURL *h, CURLINFO i, void **v) { return curl_easy_getinfo(h, i, v); }
 
 static inline CURLMcode c_parley_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
+static inline CURLMcode c_parley_multi_setopt_pointer(CURLM *m, CURLMoption o, void *v) { return curl_multi_setopt(m, o, v); }
+typedef int (*c_parley_curl_socket_cb)(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
+typedef int (*c_parley_curl_timer_cb)(CURLM *multi, long timeout_ms, void *userp);
+static inline CURLMcode c_parley_multi_setopt_socket_cb(CURLM *m, c_parley_curl_socket_cb v) { return curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, v); }
+static inline CURLMcode c_parley_multi_setopt_timer_cb(CURLM *m, c_parley_curl_timer_cb v) { return curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, v); }
+static inline curl_socket_t c_parley_socket_timeout(void) { return CURL_SOCKET_TIMEOUT; }
 
 /* Constants that are macros Swift cannot import. */
 static inline size_t c_parley_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }

@@ -9,11 +9,14 @@ import NIOHTTP1
 import NIOPosix
 import ParleyServer
 
-/// `server-floor MODE PORT [UPSTREAM_URL]`: the floors under a proxied request, for `make bench`.
+/// `server-floor MODE PORT [UPSTREAM_URL [transport|loop]]`: the floors under a proxied request,
+/// for `make bench`.
 ///
 /// Serves `GET /floor` on 127.0.0.1:PORT with the least a proxy does: with an upstream URL it
-/// fetches that URL through `CurlTransport` (Parley's libcurl transport: its thread and hand-back)
-/// and answers with the upstream's status and body; without one it answers `200 ok`. MODE is
+/// fetches that URL and answers with the upstream's status and body; without one it answers
+/// `200 ok`. The fetch goes through `CurlTransport` (`transport`, the default: Parley's libcurl
+/// transport, its thread and hand-back) or through libcurl driven on the connection's own event
+/// loop (`loop`: `LoopCurl`, the design Parley does not use, measured beside it). MODE is
 /// the server side: `nio` (NIO's HTTP/1.1 pipeline, each request answered from a task on its
 /// connection's loop, as Parley's handlers run) or `hummingbird` (a router with one route and the
 /// connection kept on its loop, as Parley serves). No registration, no filters, no middleware:
@@ -21,14 +24,14 @@ import ParleyServer
 @main struct Main {
     static func main() async throws {
         let arguments = Array(CommandLine.arguments.dropFirst())
-        guard (2...3).contains(arguments.count), let server = Server(rawValue: arguments[0]),
-            let port = Int(arguments[1]), (1...65535).contains(port)
+        guard (2...4).contains(arguments.count), let server = Server(rawValue: arguments[0]),
+            let port = Int(arguments[1]), (1...65535).contains(port), arguments.count < 4 || ["transport", "loop"].contains(arguments[3])
         else {
-            FileHandle.standardError.write(Data("usage: server-floor nio|hummingbird PORT [UPSTREAM_URL]\n".utf8))
+            FileHandle.standardError.write(Data("usage: server-floor nio|hummingbird PORT [UPSTREAM_URL [transport|loop]]\n".utf8))
             exit(64)
         }
         let logger = Logger(label: "server-floor")
-        let answer = Answer(upstreamURL: arguments.count == 3 ? arguments[2] : nil, logger: logger)
+        let answer = Answer(upstreamURL: arguments.count >= 3 ? arguments[2] : nil, onLoop: arguments.count == 4 && arguments[3] == "loop", logger: logger)
         switch server {
         case .nio: try await serveOnNIO(port: port, answer: answer)
         case .hummingbird: try await serveOnHummingbird(port: port, answer: answer, logger: logger)
@@ -69,14 +72,21 @@ import ParleyServer
 /// What `/floor` answers: the upstream's status and body, or `200 ok`.
 struct Answer: Sendable {
     let transport: CurlTransport?
+    let onLoop: Bool
     let upstreamURL: String
 
-    init(upstreamURL: String?, logger: Logger) {
+    init(upstreamURL: String?, onLoop: Bool, logger: Logger) {
         self.upstreamURL = upstreamURL ?? ""
-        transport = upstreamURL == nil ? nil : CurlTransport(logger: logger)
+        self.onLoop = onLoop
+        transport = upstreamURL == nil || onLoop ? nil : CurlTransport(logger: logger)
     }
 
     func make() async -> (status: Int, body: [UInt8]) {
+        if onLoop, let loop = MultiThreadedEventLoopGroup.currentEventLoop {
+            return await withCheckedContinuation { continuation in
+                LoopCurl.for(loop).get(upstreamURL) { continuation.resume(returning: ($0, $1)) }
+            }
+        }
         guard let transport else { return (200, Array("ok".utf8)) }
         do {
             let response = try await transport.send(UpstreamRequest(method: "GET", url: upstreamURL))
