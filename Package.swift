@@ -141,11 +141,13 @@ let package = Package(
         ),
         .executableTarget(name: "UpstreamSimulatorCLI", dependencies: ["UpstreamSimulator"], swiftSettings: swiftSettings),
         // `make bench`'s server floors: a proxied GET's least cost on NIO alone and on Hummingbird,
-        // with Parley's libcurl transport and without (docs/benchmarks.md, "What it does").
+        // with Parley's libcurl transport, with libcurl driven on the loop, and without
+        // (docs/benchmarks.md, "What it does"). CEpoll: sys/epoll.h, for the loop-driven one.
+        .systemLibrary(name: "CEpoll"),
         .executableTarget(
             name: "ServerFloor",
             dependencies: [
-                "ParleyServer", "CurlTransport", "Conversation",
+                "ParleyServer", "CurlTransport", "Conversation", "CCurl", "CEpoll",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,14 +1,14 @@
 import CCurl
+import CEpoll
 import Foundation
 import Glibc
-import CNIOLinux  // sys/epoll.h, which Glibc does not bring
 import NIOCore
 import Synchronization
 
 /// libcurl driven on an event loop (`curl_multi_socket_action`), for the floor of that design:
 /// the loop starts each transfer and runs every curl callback; one watcher thread only waits
-/// for the sockets' readiness (epoll, one shot) and hands each ready socket to its loop with
-/// one `execute`. No Parley code uses this; `make bench` measures it beside `CurlTransport`.
+/// for the sockets' readiness (epoll, one shot) and hands what each wait brought to each loop
+/// in one `execute`. No Parley code uses this; `make bench` measures it beside `CurlTransport`.
 /// Every property but the watcher's is touched on `loop` only.
 final class LoopCurl: @unchecked Sendable {
     let loop: any EventLoop

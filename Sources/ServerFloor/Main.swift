@@ -82,7 +82,9 @@ struct Answer: Sendable {
     }
 
     func make() async -> (status: Int, body: [UInt8]) {
-        if onLoop, let loop = MultiThreadedEventLoopGroup.currentEventLoop {
+        if onLoop {
+            // The task prefers its connection's loop, so it runs there.
+            guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return (502, Array("not on an event loop".utf8)) }
             return await withCheckedContinuation { continuation in
                 LoopCurl.for(loop).get(upstreamURL) { continuation.resume(returning: ($0, $1)) }
             }
