@@ -1,8 +1,8 @@
 import CCurl
 import CEpoll
-import Foundation
 import Glibc
 import NIOCore
+import NIOPosix
 import Synchronization
 
 /// libcurl driven on an event loop (`curl_multi_socket_action`), for the floor of that design:
@@ -36,8 +36,10 @@ final class LoopCurl: @unchecked Sendable {
     private static let epoll: Int32 = {
         let fd = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard fd >= 0 else { return -1 }
-        let thread = Thread { watch(fd) }
-        thread.start()
+        // A thread of its own that blocks in epoll_wait for the life of the process.
+        let watcher = NIOThreadPool(numberOfThreads: 1)
+        watcher.start()
+        watcher.submit { _ in watch(fd) }
         return fd
     }()
 

@@ -1,6 +1,6 @@
 import Conversation
 import CurlTransport
-import Foundation
+import Glibc
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -27,7 +27,8 @@ import ParleyServer
         guard (2...4).contains(arguments.count), let server = Server(rawValue: arguments[0]),
             let port = Int(arguments[1]), (1...65535).contains(port), arguments.count < 4 || ["transport", "loop"].contains(arguments[3])
         else {
-            FileHandle.standardError.write(Data("usage: server-floor nio|hummingbird PORT [UPSTREAM_URL [transport|loop]]\n".utf8))
+            let usage = "usage: server-floor nio|hummingbird PORT [UPSTREAM_URL [transport|loop]]\n"
+            _ = usage.withCString { write(2, $0, strlen($0)) }
             exit(64)
         }
         let logger = Logger(label: "server-floor")
