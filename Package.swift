@@ -82,10 +82,21 @@ let package = Package(
         ),
         // Who signed in through SAML2: the SAMLResponse's signed NameID (libxml2 + xmlsec behind CXMLSec).
         .target(name: "SAMLIdentity", dependencies: ["CXMLSec", "ParleyEncoding"], swiftSettings: swiftSettings),
+        // Each HTTP connection's work on the event loop that owns it: a TaskExecutor per loop and
+        // Hummingbird's HTTP/1.1 channel wrapped to prefer it (ParleyServer, and server-floor).
+        .target(
+            name: "LoopAffinity",
+            dependencies: [
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ParleyServer",
             dependencies: [
-                "AuthFlows", "Conversation", "CurlTransport", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
+                "AuthFlows", "Conversation", "CurlTransport", "LoopAffinity", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -147,7 +158,7 @@ let package = Package(
         .executableTarget(
             name: "ServerFloor",
             dependencies: [
-                "ParleyServer", "CurlTransport", "Conversation", "CCurl", "CEpoll",
+                "LoopAffinity", "CurlTransport", "Conversation", "CCurl", "CEpoll",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -198,6 +209,7 @@ let package = Package(
             name: "ParleyServerTests",
             dependencies: [
                 "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
+                "LoopAffinity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

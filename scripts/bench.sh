@@ -73,12 +73,15 @@ cleanup() {
   local rc=$?
   set +e
   if [ "$rc" -ne 0 ] && [ -n "$tmp" ]; then
-    for log in "$tmp/parley.log" "$tmp/simulator.log" "$tmp/nginx/logs/error.log" "$tmp/haproxy/haproxy.log"; do
+    for log in "$tmp/parley.log" "$tmp/simulator.log" "$tmp/nginx/logs/error.log" "$tmp/haproxy/haproxy.log" "$tmp"/floor_*.log; do
       [ -s "$log" ] && { echo "--- last lines of $(basename "$log")" >&2; tail -20 "$log" >&2; }
     done
     if [ -n "${parley_pid:-}" ] && ! kill -0 "$parley_pid" 2>/dev/null; then
       wait "$parley_pid" 2>/dev/null
-      echo "bench: Parley (pid $parley_pid) is no longer running; exit status $?" >&2
+      local status=$? who=Parley
+      # During a server floor's run (run_floor), parley_pid names the floor server.
+      [ -n "${floor_pid:-}" ] && who=server-floor
+      echo "bench: $who (pid $parley_pid) is no longer running; exit status $status" >&2
     fi
   fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -604,10 +607,14 @@ run_floor() { # NAME nio|hummingbird [UPSTREAM_URL [transport|loop]]
   port="$(free_ports 1)"
   "$bin/server-floor" "$server" "$port" "$@" >"$tmp/$name.log" 2>&1 &
   floor_pid=$!
+  pids+=("$floor_pid")  # stopped by cleanup if a run below fails
   wait_http_200 "http://127.0.0.1:$port/floor" 20 || { cat "$tmp/$name.log" >&2; die "server-floor $server did not answer"; }
   parley_pid="$floor_pid" run_wrk "$name" "http://127.0.0.1:$port/floor"
   kill "$floor_pid" 2>/dev/null || true
   wait "$floor_pid" 2>/dev/null || true
+  local kept=() p
+  for p in "${pids[@]}"; do [ "$p" = "$floor_pid" ] || kept+=("$p"); done
+  pids=("${kept[@]}")
 }
 say "bench: the server floors (server-floor: NIO alone and Hummingbird, without and with CurlTransport; libcurl on the loop)" >&2
 run_floor floor_nio nio

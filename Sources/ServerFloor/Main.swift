@@ -3,11 +3,11 @@ import CurlTransport
 import Glibc
 import Hummingbird
 import HummingbirdCore
+import LoopAffinity
 import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import ParleyServer
 
 /// `server-floor MODE PORT [UPSTREAM_URL [transport|loop]]`: the floors under a proxied request,
 /// for `make bench`.

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTesting
+import LoopAffinity
 import NIOCore
 import NIOPosix
 @testable import ParleyServer

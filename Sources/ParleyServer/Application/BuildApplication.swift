@@ -2,6 +2,7 @@ import AuthFlows
 public import Conversation
 public import Hummingbird
 import HummingbirdCore
+import LoopAffinity
 public import Logging
 public import ServiceLifecycle
 public import Store

@@ -1,4 +1,3 @@
-import Hummingbird
 public import HummingbirdCore
 import Logging
 public import NIOCore
