@@ -608,7 +608,8 @@ run_floor() { # NAME nio|hummingbird [UPSTREAM_URL [transport|loop]]
   "$bin/server-floor" "$server" "$port" "$@" >"$tmp/$name.log" 2>&1 &
   floor_pid=$!
   pids+=("$floor_pid")  # stopped by cleanup if a run below fails
-  wait_http_200 "http://127.0.0.1:$port/floor" 20 || { cat "$tmp/$name.log" >&2; die "server-floor $server did not answer"; }
+  # On failure the cleanup shows the floor server's log.
+  wait_http_200 "http://127.0.0.1:$port/floor" 20 || die "server-floor $server did not answer"
   parley_pid="$floor_pid" run_wrk "$name" "http://127.0.0.1:$port/floor"
   kill "$floor_pid" 2>/dev/null || true
   wait "$floor_pid" 2>/dev/null || true
