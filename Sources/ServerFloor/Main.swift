@@ -32,7 +32,12 @@ import NIOPosix
             exit(64)
         }
         let logger = Logger(label: "server-floor")
-        let answer = Answer(upstreamURL: arguments.count >= 3 ? arguments[2] : nil, onLoop: arguments.count == 4 && arguments[3] == "loop", logger: logger)
+        let answer: Answer =
+            switch (arguments.count >= 3 ? arguments[2] : nil, arguments.count == 4 ? arguments[3] : "transport") {
+            case (nil, _): .fixed
+            case (let url?, "loop"): .loop(url: url)
+            case (let url?, _): .transport(CurlTransport(logger: logger), url: url)
+            }
         switch server {
         case .nio: try await serveOnNIO(port: port, answer: answer)
         case .hummingbird: try await serveOnHummingbird(port: port, answer: answer, logger: logger)
@@ -70,32 +75,32 @@ import NIOPosix
     }
 }
 
-/// What `/floor` answers: the upstream's status and body, or `200 ok`.
-struct Answer: Sendable {
-    let transport: CurlTransport?
-    let onLoop: Bool
-    let upstreamURL: String
-
-    init(upstreamURL: String?, onLoop: Bool, logger: Logger) {
-        self.upstreamURL = upstreamURL ?? ""
-        self.onLoop = onLoop
-        transport = upstreamURL == nil || onLoop ? nil : CurlTransport(logger: logger)
-    }
+/// What `/floor` answers: a fixed `200 ok`, or the upstream's status and body fetched one
+/// of two ways.
+enum Answer: Sendable {
+    case fixed
+    /// Through Parley's libcurl transport, its thread and hand-back.
+    case transport(CurlTransport, url: String)
+    /// Through libcurl driven on the connection's own event loop (`LoopCurl`).
+    case loop(url: String)
 
     func make() async -> (status: Int, body: [UInt8]) {
-        if onLoop {
+        switch self {
+        case .fixed:
+            return (200, Array("ok".utf8))
+        case .transport(let transport, let url):
+            do {
+                let response = try await transport.send(UpstreamRequest(method: "GET", url: url))
+                return (response.status, try await response.body.collect(upTo: 1 << 20))
+            } catch {
+                return (502, Array("\(error)".utf8))
+            }
+        case .loop(let url):
             // The task prefers its connection's loop, so it runs there.
             guard let loop = MultiThreadedEventLoopGroup.currentEventLoop else { return (502, Array("not on an event loop".utf8)) }
             return await withCheckedContinuation { continuation in
-                LoopCurl.for(loop).get(upstreamURL) { continuation.resume(returning: ($0, $1)) }
+                LoopCurl.for(loop).get(url) { continuation.resume(returning: ($0, $1)) }
             }
-        }
-        guard let transport else { return (200, Array("ok".utf8)) }
-        do {
-            let response = try await transport.send(UpstreamRequest(method: "GET", url: upstreamURL))
-            return (response.status, try await response.body.collect(upTo: 1 << 20))
-        } catch {
-            return (502, Array("\(error)".utf8))
         }
     }
 }
