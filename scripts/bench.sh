@@ -623,6 +623,7 @@ run_floor floor_hb hummingbird
 run_floor floor_nio_curl nio "http://127.0.0.1:$sim_port/echo/bench"
 run_floor floor_hb_curl hummingbird "http://127.0.0.1:$sim_port/echo/bench"
 run_floor floor_nio_loopcurl nio "http://127.0.0.1:$sim_port/echo/bench" loop
+floor_runs=(floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl)
 # Latency without queueing: one connection, one request at a time. Under the saturating
 # load above, latency is mostly time spent waiting for a CPU (Little's law: connections / throughput).
 say "bench: single-connection latency runs (wrk -t1 -c1 -d$latency_duration)" >&2
@@ -908,7 +909,7 @@ row "Hummingbird, fixed answer" floor_hb
 row "NIO + CurlTransport -> simulator" floor_nio_curl
 row "Hummingbird + CurlTransport -> sim" floor_hb_curl
 row "NIO + libcurl on the loop -> sim" floor_nio_loopcurl
-for n in healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl direct1 nginx1 haproxy1 parley1 parleycc1 parleyjar1 healthz1 me1; do
+for n in healthz me "${floor_runs[@]}" direct1 nginx1 haproxy1 parley1 parleycc1 parleyjar1 healthz1 me1; do
   e="err_$n"
   [ -n "${!e}" ] && say "  $n: wrk reported${!e}"
 done
@@ -942,7 +943,7 @@ say "load generators: parley/nginx is $tp_parley_nginx with wrk, $h2_parley_ngin
 say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
 printf '%-22s %10s %10s %10s %11s %12s %12s\n' "run" "parley us" "sim us" "nginx us" "haproxy us" "postgres us" "load gen us"
-for n in direct nginx haproxy parley parleycc parleyjar healthz me floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl h2direct h2nginx h2haproxy h2parley; do
+for n in direct nginx haproxy parley parleycc parleyjar healthz me "${floor_runs[@]}" h2direct h2nginx h2haproxy h2parley; do
   r="req_$n"; cp="cpu_parley_$n"; cs="cpu_sim_$n"; cn="cpu_nginx_$n"; ch="cpu_haproxy_$n"; cg="cpu_pg_$n"; cw="cpu_gen_$n"
   printf '%-22s %10s %10s %10s %11s %12s %12s\n' "$n" "$(per_req_us "${!cp}" "${!r}")" "$(per_req_us "${!cs}" "${!r}")" \
     "$(per_req_us "${!cn}" "${!r}")" "$(per_req_us "${!ch}" "${!r}")" "$(per_req_us "${!cg}" "${!r}")" "$(per_req_us "${!cw}" "${!r}")"
