@@ -750,6 +750,21 @@ for _ in 2 3; do
 done
 ch_speed="$(median "${ch_runs[@]}")" ngch_speed="$(median "${ngch_runs[@]}")"
 rm -f "$upload_file"
+# The spool's floor: what writing the body into a new file costs this machine. Parley spools
+# every large upload (nginx, with request buffering off, keeps nothing), so a new file of the
+# upload's size in Parley's spool directory (its default, the temporary directory), three
+# times, one after the other. dd writes 256 KiB at a time, as Parley's spool does; its time is
+# all CPU (zeros from /dev/zero into the page cache). Measured after the transfers, so that its
+# freed pages do not warm Parley's.
+spool_floor_runs=()
+for _ in 1 2 3; do
+  floor_file="${TMPDIR:-/tmp}/parley-bench-spool-floor.$$"
+  seconds="$(LC_ALL=C dd if=/dev/zero of="$floor_file" bs=256K count="$(( download_mib * 4 ))" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s," || $i == "s") print $(i - 1) }')"
+  rm -f "$floor_file"
+  [ -n "$seconds" ] || die "could not time a write of ${download_mib} MiB into ${TMPDIR:-/tmp}"
+  spool_floor_runs+=("$(awk -v s="$seconds" -v m="$download_mib" 'BEGIN { printf "%.0f", (s > 0 ? m / s : 0) }')")
+done
+spool_floor_mibps="$(median "${spool_floor_runs[@]}")"
 unset token token_cc token_jar
 
 # ---------------------------------------------------------------- scale, refresh storm, revocation propagation
@@ -965,6 +980,7 @@ say "  the same download through nginx: median $ngdl_mibps MiB/s of $(mibps_list
 say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s (first of three); median $ul_mibps MiB/s of $(mibps_list "${ul_runs[@]}"); through nginx $ngul_mibps MiB/s of $(mibps_list "${ngul_runs[@]}")"
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
 say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
+say "  the spool's floor: writing ${download_mib} MiB to a new file in ${TMPDIR:-/tmp} runs at a median $spool_floor_mibps MiB/s of ${spool_floor_runs[*]} (dd, 256 KiB writes, after the transfers)"
 say "${download_mib} MiB proxied chunked upload (PUT, Transfer-Encoding: chunked, no Content-Length): median $ch_mibps MiB/s of $(mibps_list "${ch_runs[@]}"); through nginx $ngch_mibps MiB/s of $(mibps_list "${ngch_runs[@]}")"
 say "  RSS before $(mib "$ch_rss_before_kib") MiB, peak $(mib "$ch_rss_peak_kib") MiB, growth $(mib "$ch_growth_kib") MiB (first transfer); the upstream received it with $ch_upstream_framing"
 say ""
@@ -992,7 +1008,7 @@ say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (tar
 say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
 say "RESULT cookie jar (Basic, 20 cookies), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_jar_tp") against plain ($(verdict "$(within_ratio 15 "$med_jar_tp")") within 15 %; median of $pair_jar_tp), CPU per request $(pct_from_ratio "$med_jar_work") ($(verdict "$(within_ratio 15 "$med_jar_work")"); median of $pair_jar_work); as measured: requests/s $(pct_from_ratio "$med_jar_rps"), CPU $(pct_from_ratio "$med_jar_cpu") (medians of $pair_jar_rps and $pair_jar_cpu); the rounds above (/echo/bench, which echoes the 20 cookies back): $rps_parleyjar vs $rps_parley req/s, CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us, parley/nginx $tp_parleyjar_nginx; added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
-say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
+say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')")); a new file in the spool directory takes the body at $spool_floor_mibps MiB/s"
 say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
 for extra in $extras; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
 say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
