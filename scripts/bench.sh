@@ -659,6 +659,16 @@ read -r ngdl_code ngdl_bytes ngdl_seconds ngdl_speed < <(curl -s -o /dev/null \
   -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n' "http://127.0.0.1:$nginx_port/files/big?mb=$download_mib")
 [ "$ngdl_code" = "200" ] || die "the download through nginx answered $ngdl_code"
 
+# spool_seconds — Parley's running total of seconds spent writing request bodies into spool
+# files (/metrics). Read around each upload through Parley, so that a slow upload can be told
+# from a slow spool (the page cache; on a virtual machine whose host takes freed memory back,
+# fresh memory costs a fault on the host).
+spool_seconds() {
+  curl -s -f "http://127.0.0.1:$parley_port/metrics" | awk '$1 == "parley_spool_write_seconds" { print $2; found = 1 } END { if (!found) print "nan" }'
+}
+# spool_mibps BEFORE AFTER — the upload's size over the spool's write seconds between two readings.
+spool_mibps() { awk -v a="$1" -v b="$2" -v m="$download_mib" 'BEGIN { printf "%.0f", (b - a > 0 ? m / (b - a) : 0) }'; }
+
 # ---------------------------------------------------------------- memory during a big upload
 # PUT of a ${download_mib} MiB file to the simulator's echo (which hashes the body), through
 # Parley (which streams it on while it spools it) and through nginx (request buffering off).
@@ -666,6 +676,7 @@ say "bench: ${download_mib} MiB proxied upload" >&2
 upload_file="$tmp/upload.bin"
 head -c "$(( download_mib << 20 ))" /dev/zero >"$upload_file"
 ul_rss_before_kib="$(rss_kib "$parley_pid")"
+spool_before="$(spool_seconds)"
 curl -s -o "$tmp/upload-answer.json" -w '%{http_code} %{size_upload} %{time_total} %{speed_upload}\n' -T "$upload_file" \
   -H "Authorization: Bearer $token" "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" >"$tmp/upload.txt" &
 curl_pid=$!
@@ -673,6 +684,7 @@ pids+=("$curl_pid")
 read -r ul_rss_peak_kib _ < <(peak_rss_while "$curl_pid" "$ul_rss_before_kib")
 wait "$curl_pid" || die "the proxied upload failed (curl exit $?)"
 forget "$curl_pid"
+ul_spool_runs=("$(spool_mibps "$spool_before" "$(spool_seconds)")")
 read -r ul_code ul_bytes ul_seconds ul_speed <"$tmp/upload.txt"
 [ "$ul_code" = "200" ] || die "the proxied upload answered $ul_code"
 ul_seen="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bodyBytes"])' "$tmp/upload-answer.json")"
@@ -706,7 +718,9 @@ transfer() {
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 ul_runs=("$ul_speed") ngul_runs=("$ngul_speed") dl_runs=("$dl_speed") ngdl_runs=("$ngdl_speed")
 for _ in 2 3; do
+  spool_before="$(spool_seconds)"
   ul_runs+=("$(transfer up "http://127.0.0.1:$parley_port/v1/proxy/echo/upload" "Authorization: Bearer $token")")
+  ul_spool_runs+=("$(spool_mibps "$spool_before" "$(spool_seconds)")")
   ngul_runs+=("$(transfer up "http://127.0.0.1:$nginx_port/echo/upload")")
   dl_runs+=("$(transfer down "http://127.0.0.1:$parley_port/v1/proxy/files/big?mb=$download_mib" "Authorization: Bearer $token")")
   ngdl_runs+=("$(transfer down "http://127.0.0.1:$nginx_port/files/big?mb=$download_mib")")
@@ -734,37 +748,26 @@ curl -s -f -o "$tmp/chunked-check.json" -T "$tmp/chunked-check.bin" -H 'Transfer
 [ "$(seen_framing "$tmp/chunked-check.json")" = "Transfer-Encoding: chunked" ] \
   || die "curl did not send the upload chunked (the simulator saw $(seen_framing "$tmp/chunked-check.json"))"
 ch_rss_before_kib="$(rss_kib "$parley_pid")"
+spool_before="$(spool_seconds)"
 transfer chunked "http://127.0.0.1:$parley_port/v1/proxy/echo/chunked" "Authorization: Bearer $token" >"$tmp/chunked.txt" &
 curl_pid=$!
 pids+=("$curl_pid")
 read -r ch_rss_peak_kib _ < <(peak_rss_while "$curl_pid" "$ch_rss_before_kib")
 wait "$curl_pid" || die "the proxied chunked upload failed"
 forget "$curl_pid"
+ch_spool_runs=("$(spool_mibps "$spool_before" "$(spool_seconds)")")
 # How Parley framed the body towards the upstream: chunked, or with a Content-Length.
 ch_upstream_framing="$(seen_framing "$tmp/chunked-answer.json")"
 ch_runs=("$(cat "$tmp/chunked.txt")")
 ngch_runs=("$(transfer chunked "http://127.0.0.1:$nginx_port/echo/chunked")")
 for _ in 2 3; do
+  spool_before="$(spool_seconds)"
   ch_runs+=("$(transfer chunked "http://127.0.0.1:$parley_port/v1/proxy/echo/chunked" "Authorization: Bearer $token")")
+  ch_spool_runs+=("$(spool_mibps "$spool_before" "$(spool_seconds)")")
   ngch_runs+=("$(transfer chunked "http://127.0.0.1:$nginx_port/echo/chunked")")
 done
 ch_speed="$(median "${ch_runs[@]}")" ngch_speed="$(median "${ngch_runs[@]}")"
 rm -f "$upload_file"
-# The spool's floor: what writing the body into a new file costs this machine. Parley spools
-# every large upload (nginx, with request buffering off, keeps nothing), so a new file of the
-# upload's size in Parley's spool directory (its default, the temporary directory), three
-# times, one after the other. dd writes 256 KiB at a time, as Parley's spool does; its time is
-# all CPU (zeros from /dev/zero into the page cache). Measured after the transfers, so that its
-# freed pages do not warm Parley's.
-spool_floor_runs=()
-for _ in 1 2 3; do
-  floor_file="${TMPDIR:-/tmp}/parley-bench-spool-floor.$$"
-  seconds="$(LC_ALL=C dd if=/dev/zero of="$floor_file" bs=256K count="$(( download_mib * 4 ))" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s," || $i == "s") print $(i - 1) }')"
-  rm -f "$floor_file"
-  [ -n "$seconds" ] || die "could not time a write of ${download_mib} MiB into ${TMPDIR:-/tmp}"
-  spool_floor_runs+=("$(awk -v s="$seconds" -v m="$download_mib" 'BEGIN { printf "%.0f", (s > 0 ? m / s : 0) }')")
-done
-spool_floor_mibps="$(median "${spool_floor_runs[@]}")"
 unset token token_cc token_jar
 
 # ---------------------------------------------------------------- scale, refresh storm, revocation propagation
@@ -980,9 +983,10 @@ say "  the same download through nginx: median $ngdl_mibps MiB/s of $(mibps_list
 say "${download_mib} MiB proxied upload (PUT, Content-Length): HTTP $ul_code in ${ul_seconds}s (first of three); median $ul_mibps MiB/s of $(mibps_list "${ul_runs[@]}"); through nginx $ngul_mibps MiB/s of $(mibps_list "${ngul_runs[@]}")"
 say "  RSS before $(mib "$ul_rss_before_kib") MiB, peak $(mib "$ul_rss_peak_kib") MiB, growth $(mib "$ul_growth_kib") MiB"
 say "  (Parley spools the body for a replay after a challenge, and streams it on to the upstream while it does)"
-say "  the spool's floor: writing ${download_mib} MiB to a new file in ${TMPDIR:-/tmp} runs at a median $spool_floor_mibps MiB/s of ${spool_floor_runs[*]} (dd, 256 KiB writes, after the transfers)"
+say "  Parley's spool took the body at ${ul_spool_runs[*]} MiB/s in the three uploads (bytes over the seconds its writes took, parley_spool_write_seconds)"
 say "${download_mib} MiB proxied chunked upload (PUT, Transfer-Encoding: chunked, no Content-Length): median $ch_mibps MiB/s of $(mibps_list "${ch_runs[@]}"); through nginx $ngch_mibps MiB/s of $(mibps_list "${ngch_runs[@]}")"
 say "  RSS before $(mib "$ch_rss_before_kib") MiB, peak $(mib "$ch_rss_peak_kib") MiB, growth $(mib "$ch_growth_kib") MiB (first transfer); the upstream received it with $ch_upstream_framing"
+say "  Parley's spool took the body at ${ch_spool_runs[*]} MiB/s in the three uploads"
 say ""
 for extra in $extras; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
@@ -1008,8 +1012,8 @@ say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (tar
 say "RESULT tokens injected (client credentials, cached), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_cc_tp") against plain ($(verdict "$(within_ratio 10 "$med_cc_tp")") within 10 %; median of $pair_cc_tp), CPU per request $(pct_from_ratio "$med_cc_work") ($(verdict "$(within_ratio 10 "$med_cc_work")"); median of $pair_cc_work); as measured: requests/s $(pct_from_ratio "$med_cc_rps"), CPU $(pct_from_ratio "$med_cc_cpu") (medians of $pair_cc_rps and $pair_cc_cpu); the rounds above (/echo/bench): $rps_parleycc vs $rps_parley req/s, CPU $(cpu_us parley parleycc) vs $(cpu_us parley parley) us, parley/nginx $tp_parleycc_nginx; added p99 $add_p99_parleycc vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleycc1 vs $add_p50_parley1 ms"
 say "RESULT cookie jar (Basic, 20 cookies), $pair_rounds paired rounds, in units of the simulator's speed: throughput $(pct_from_ratio "$med_jar_tp") against plain ($(verdict "$(within_ratio 15 "$med_jar_tp")") within 15 %; median of $pair_jar_tp), CPU per request $(pct_from_ratio "$med_jar_work") ($(verdict "$(within_ratio 15 "$med_jar_work")"); median of $pair_jar_work); as measured: requests/s $(pct_from_ratio "$med_jar_rps"), CPU $(pct_from_ratio "$med_jar_cpu") (medians of $pair_jar_rps and $pair_jar_cpu); the rounds above (/echo/bench, which echoes the 20 cookies back): $rps_parleyjar vs $rps_parley req/s, CPU $(cpu_us parley parleyjar) vs $(cpu_us parley parley) us, parley/nginx $tp_parleyjar_nginx; added p99 $add_p99_parleyjar vs $add_p99_parley ms; added p50 at 1 connection $add_p50_parleyjar1 vs $add_p50_parley1 ms"
 say "RESULT ${download_mib} MiB download: RSS growth $(mib "$growth_kib") MiB (target <= 32 MiB: $(verdict "$(( growth_kib <= 32768 ))")); throughput $dl_mibps MiB/s = $(ratio "$dl_mibps" "$ngdl_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$dl_mibps" -v b="$ngdl_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
-say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')")); a new file in the spool directory takes the body at $spool_floor_mibps MiB/s"
-say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')"))"
+say "RESULT ${download_mib} MiB upload: RSS growth $(mib "$ul_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ul_growth_kib <= 32768 ))")); throughput $ul_mibps MiB/s = $(ratio "$ul_mibps" "$ngul_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ul_mibps" -v b="$ngul_mibps" 'BEGIN{print (a >= 0.8 * b)}')")); Parley's spool wrote at ${ul_spool_runs[*]} MiB/s"
+say "RESULT ${download_mib} MiB chunked upload: RSS growth $(mib "$ch_growth_kib") MiB (target <= 32 MiB: $(verdict "$(( ch_growth_kib <= 32768 ))")); throughput $ch_mibps MiB/s = $(ratio "$ch_mibps" "$ngch_mibps") of nginx (target >= 0.8: $(verdict "$(awk -v a="$ch_mibps" -v b="$ngch_mibps" 'BEGIN{print (a >= 0.8 * b)}')")); Parley's spool wrote at ${ch_spool_runs[*]} MiB/s"
 for extra in $extras; do grep '^RESULT' "$tmp/extra-$extra.txt" || true; done
 say "RESULT idle rss = $(mib "$idle_rss_kib") MiB (target <= 48 MiB: $(verdict "$(( idle_rss_kib <= 49152 ))"))"
 say "RESULT cold start to ready = $cold_start_ms ms (target <= 300 ms: $(verdict "$(( cold_start_ms <= 300 ))")); first start with migrations = $first_start_ms ms"

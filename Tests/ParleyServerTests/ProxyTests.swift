@@ -158,6 +158,13 @@ import Testing
             #expect(response.json?["sha256"] as? String == Hex.encode(SHA256.hash(body)))
             #expect(response.json?["bytes"] as? Int == body.count)
             #expect(try FileManager.default.contentsOfDirectory(atPath: live.spoolDirectory).isEmpty)
+            // /metrics counts what the spool wrote and how long the writes took.
+            let metrics = try await live.request("GET", "/metrics").text
+            func value(_ name: String) -> Double? {
+                metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Double($0.dropFirst(name.count + 1)) }
+            }
+            #expect(value("parley_spool_written_bytes") == Double(body.count))
+            #expect((value("parley_spool_write_seconds") ?? 0) > 0)
         }
     }
 

@@ -173,6 +173,8 @@ func compose(
             metrics.set(.poolWaiters, [], Double(pool.waiting))
         }
         metrics.set(.spoolBytes, [], Double(spool.usedBytes))
+        metrics.set(.spoolWrittenBytes, [], Double(spool.bytesWritten))
+        metrics.set(.spoolWriteSeconds, [], spool.writeSeconds)
         for (name, statistics) in [
             ("client_tokens", clientTokens.recent.statistics), ("agent_registrations", agents.recent.statistics), ("cookie_jars", cookieCache?.cacheStatistics), ("oauth2_tokens", tokenCache?.cacheStatistics),
         ] {

@@ -110,6 +110,8 @@ public final class Metrics: Sendable {
         case poolConnections = "parley_db_pool_connections"
         case poolWaiters = "parley_db_pool_waiters"
         case spoolBytes = "parley_spool_bytes"
+        case spoolWrittenBytes = "parley_spool_written_bytes"
+        case spoolWriteSeconds = "parley_spool_write_seconds"
         case cacheHits = "parley_cache_hits"
         case cacheLookups = "parley_cache_lookups"
         case webhookPending = "parley_webhook_pending"
@@ -119,6 +121,9 @@ public final class Metrics: Sendable {
             case .poolConnections: "Database connections of this instance, by state (open, idle)."
             case .poolWaiters: "Requests waiting for a database connection."
             case .spoolBytes: "Bytes held by request-body spool files (the quota is PARLEY_SPOOL_QUOTA_MIB)."
+            case .spoolWrittenBytes: "Bytes written into request-body spool files since start."
+            case .spoolWriteSeconds:
+                "Seconds spent writing request bodies into spool files since start (the page cache's and the disk's share of a large upload)."
             case .cacheHits: "Lookups answered by a per-instance cache since start, by cache."
             case .webhookPending: "Webhook deliveries waiting to be sent or retried (the backlog), as this instance last counted them."
             case .cacheLookups: "Lookups in a per-instance cache since start, by cache (hit ratio = hits / lookups)."

@@ -56,6 +56,7 @@ struct SpooledBody: Sendable {
 struct StreamingSpool: Sendable {
     let spooled: SpooledBody
     private let file: BodyFile
+    private let spool: Spool
     private let reservation: SpoolReservation
     /// The announced length; nil for a body that has none.
     private let length: Int64?
@@ -69,16 +70,18 @@ struct StreamingSpool: Sendable {
             let created = try await SpoolFile.create(in: spool.directory, filling: true)
             let body: RequestBody = length.map { .file(created.file, length: $0) } ?? .stream(created.file)
             return StreamingSpool(
-                spooled: SpooledBody(body: body, reservation: reservation), file: created.file, reservation: reservation, length: length)
+                spooled: SpooledBody(body: body, reservation: reservation), file: created.file, spool: spool, reservation: reservation,
+                length: length)
         } catch {
             reservation.release()
             throw error
         }
     }
 
-    private init(spooled: SpooledBody, file: BodyFile, reservation: SpoolReservation, length: Int64?) {
+    private init(spooled: SpooledBody, file: BodyFile, spool: Spool, reservation: SpoolReservation, length: Int64?) {
         self.spooled = spooled
         self.file = file
+        self.spool = spool
         self.reservation = reservation
         self.length = length
     }
@@ -93,7 +96,7 @@ struct StreamingSpool: Sendable {
 
     func run<I: AsyncIteratorProtocol>(_ source: I, first: [UInt8] = [], limit: Int64 = .max) async throws where I.Element == ByteBuffer {
         var source = source
-        var batches = SpoolBatches(SpoolFile(file: file), first: first)
+        var batches = SpoolBatches(SpoolFile(file: file), spool: spool, first: first)
         var total = Int64(first.count)
         do {
             while let buffer = try await source.next() {
@@ -126,11 +129,13 @@ struct StreamingSpool: Sendable {
 /// file's readers (`BodyFile.didWrite`) as soon as it is in the file.
 struct SpoolBatches {
     let file: SpoolFile
+    private let spool: Spool
     private var pending: [UInt8]
     private var writing: Task<Void, any Error>?
 
-    init(_ file: SpoolFile, first: [UInt8] = []) {
+    init(_ file: SpoolFile, spool: Spool, first: [UInt8] = []) {
         self.file = file
+        self.spool = spool
         self.pending = first
         pending.reserveCapacity(SpoolFile.batchBytes)
     }
@@ -155,10 +160,12 @@ struct SpoolBatches {
         try await settle()
         let batch = pending
         let file = self.file
+        let spool = self.spool
         pending = []
         pending.reserveCapacity(SpoolFile.batchBytes)
         writing = Task {
-            try await file.write(batch)
+            let took = try await file.write(batch)
+            spool.didWrite(bytes: batch.count, took: took)
             file.file.didWrite(Int64(batch.count))
         }
     }
@@ -175,6 +182,10 @@ final class Spool: Sendable {
     let directory: String
     let quotaBytes: Int64
     private let used = Atomic<Int64>(0)
+    /// Since start: bytes written into spool files, and the time those writes took (what
+    /// keeping bodies for a replay costs this machine's page cache and disk).
+    private let written = Atomic<Int64>(0)
+    private let writeNanoseconds = Atomic<Int64>(0)
 
     init(directory: String, quotaBytes: Int64) {
         self.directory = directory
@@ -194,6 +205,21 @@ final class Spool: Sendable {
     }
 
     func unreserve(_ bytes: Int64) { used.wrappingSubtract(bytes, ordering: .relaxed) }
+
+    /// Counts one write into a spool file: its size and how long it took.
+    func didWrite(bytes: Int, took: Duration) {
+        written.wrappingAdd(Int64(bytes), ordering: .relaxed)
+        let (seconds, attoseconds) = took.components
+        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard seconds >= 0, !nanoseconds.overflow else { return }
+        writeNanoseconds.wrappingAdd(nanoseconds.partialValue &+ attoseconds / 1_000_000_000, ordering: .relaxed)
+    }
+
+    /// Bytes written into spool files since start.
+    var bytesWritten: Int64 { written.load(ordering: .relaxed) }
+
+    /// Seconds spent writing them.
+    var writeSeconds: Double { Double(writeNanoseconds.load(ordering: .relaxed)) / 1e9 }
 
     /// Deletes spool files an earlier process left behind (only possible where the file
     /// system has no `O_TMPFILE` and the process died between create and unlink).
@@ -258,10 +284,14 @@ struct SpoolFile: Sendable {
         return SpoolFile(file: BodyFile(adopting: fd, filling: filling))
     }
 
-    func write(_ bytes: [UInt8]) async throws {
+    /// Writes `bytes` at the file's end; returns how long the write took on the pool's thread.
+    @discardableResult
+    func write(_ bytes: [UInt8]) async throws -> Duration {
         let file = self.file
-        let ok = try await NIOThreadPool.singleton.runIfActive {
-            bytes.withUnsafeBytes { buffer -> Bool in
+        let (ok, took) = try await NIOThreadPool.singleton.runIfActive { () -> (Bool, Duration) in
+            let clock = ContinuousClock()
+            let start = clock.now
+            let ok = bytes.withUnsafeBytes { buffer -> Bool in
                 guard let base = buffer.baseAddress else { return true }
                 var offset = 0
                 while offset < buffer.count {
@@ -274,7 +304,9 @@ struct SpoolFile: Sendable {
                 }
                 return true
             }
+            return (ok, clock.now - start)
         }
         guard ok else { throw Problem(.internalServerError, .internalError, "cannot write the request body spool file") }
+        return took
     }
 }
