@@ -20,7 +20,8 @@
 #      system calls and context switches per request of Parley, nginx, HAProxy and the
 #      simulator (perf stat, first round);
 #   2. Parley's resident memory and throughput during 1 GiB transfers against nginx: a
-#      download, an upload with Content-Length and a chunked upload without one;
+#      download, an upload with Content-Length and a chunked upload without one, and the speed
+#      of Parley's spool in each upload (parley_spool_write_seconds on /metrics);
 #   3. Parley's cold start to ready and its idle resident memory;
 #   4. the scripts in scripts/bench/ (revocation propagation, refresh storm, refresh ahead, scale).
 # Exits 0 when everything ran (a missed target is a finding, not a failure);
