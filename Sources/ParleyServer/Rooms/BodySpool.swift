@@ -285,7 +285,6 @@ struct SpoolFile: Sendable {
     }
 
     /// Writes `bytes` at the file's end; returns how long the write took on the pool's thread.
-    @discardableResult
     func write(_ bytes: [UInt8]) async throws -> Duration {
         let file = self.file
         let (ok, took) = try await NIOThreadPool.singleton.runIfActive { () -> (Bool, Duration) in
