@@ -182,10 +182,9 @@ final class Spool: Sendable {
     let directory: String
     let quotaBytes: Int64
     private let used = Atomic<Int64>(0)
-    /// Since start: bytes written into spool files, and the time those writes took (what
+    /// Since start: bytes written into spool files, and the seconds those writes took (what
     /// keeping bodies for a replay costs this machine's page cache and disk).
-    private let written = Atomic<Int64>(0)
-    private let writeNanoseconds = Atomic<Int64>(0)
+    private let writes = Mutex<(bytes: Int64, seconds: Double)>((0, 0))
 
     init(directory: String, quotaBytes: Int64) {
         self.directory = directory
@@ -208,18 +207,17 @@ final class Spool: Sendable {
 
     /// Counts one write into a spool file: its size and how long it took.
     func didWrite(bytes: Int, took: Duration) {
-        written.wrappingAdd(Int64(bytes), ordering: .relaxed)
-        let (seconds, attoseconds) = took.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        guard seconds >= 0, !nanoseconds.overflow else { return }
-        writeNanoseconds.wrappingAdd(nanoseconds.partialValue &+ attoseconds / 1_000_000_000, ordering: .relaxed)
+        writes.withLock {
+            $0.bytes &+= Int64(bytes)
+            $0.seconds += took.timeInterval
+        }
     }
 
     /// Bytes written into spool files since start.
-    var bytesWritten: Int64 { written.load(ordering: .relaxed) }
+    var bytesWritten: Int64 { writes.withLock { $0.bytes } }
 
     /// Seconds spent writing them.
-    var writeSeconds: Double { Double(writeNanoseconds.load(ordering: .relaxed)) / 1e9 }
+    var writeSeconds: Double { writes.withLock { $0.seconds } }
 
     /// Deletes spool files an earlier process left behind (only possible where the file
     /// system has no `O_TMPFILE` and the process died between create and unlink).
