@@ -106,7 +106,10 @@ public enum RequestBody: Sendable, Equatable {
 
 /// An open file descriptor holding a request body. Readers use positional reads
 /// (`pread`), so a replay or a second transfer never shares an offset with another.
-/// The descriptor has this one owner and is closed once, when the last reference goes.
+/// The descriptor has this one owner and is closed once, when the last reference goes:
+/// by `closing` where one is given (a large nameless file's close frees its pages, which
+/// takes milliseconds per hundred MiB and must not run on an event loop or the curl
+/// thread), else at once.
 ///
 /// A file made with `filling:` is still being written (a spooled upload streamed on while
 /// it arrives): readers read what is written so far and wait for the rest (`readable`),
@@ -117,6 +120,7 @@ public final class BodyFile: Sendable, Equatable {
     /// False for a file that is whole from the start (its `filling` is never used).
     private let grows: Bool
     private let filling = Mutex(Filling())
+    private let closing: (@Sendable (Int32) -> Void)?
 
     private struct Filling {
         var written: Int64 = 0
@@ -142,16 +146,20 @@ public final class BodyFile: Sendable, Equatable {
     public init(adopting descriptor: Int32) {
         self.descriptor = descriptor
         self.grows = false
+        self.closing = nil
     }
 
-    /// A file its writer is still filling; readers wait for bytes not written yet.
-    public init(adopting descriptor: Int32, filling: Bool) {
+    /// A file its writer is still filling (`filling`); readers wait for bytes not written
+    /// yet. `closing` is given the descriptor, once, to close when the last reference goes.
+    public init(adopting descriptor: Int32, filling: Bool, closing: (@Sendable (Int32) -> Void)? = nil) {
         self.descriptor = descriptor
         self.grows = filling
+        self.closing = closing
     }
 
     deinit {
-        if descriptor >= 0 { _ = close(descriptor) }
+        guard descriptor >= 0 else { return }
+        if let closing { closing(descriptor) } else { _ = close(descriptor) }
     }
 
     /// For readers: what can be read from `offset` now. When nothing can, `wake` is kept and

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import ParleyCrypto
 import ParleyTesting
+import Synchronization
 import Testing
 import UpstreamSimulator
 
@@ -240,6 +241,22 @@ struct CurlTransportTests {
             #expect(state.requests(route: "PUT /upload") == 1)
             #expect(rssAfter - rssBefore < 64 << 20)
         }
+    }
+
+    /// A body file given a closer hands its descriptor to it, once, when the last reference
+    /// goes (a spool file's close runs on the blocking pool).
+    @Test func aBodyFileHandsItsDescriptorToItsCloserOnce() throws {
+        let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        let handed = Mutex<[Int32]>([])
+        var file: BodyFile? = BodyFile(adopting: fd, filling: true) { descriptor in
+            handed.withLock { $0.append(descriptor) }
+            _ = close(descriptor)
+        }
+        #expect(file?.descriptor == fd)
+        #expect(handed.withLock { $0 }.isEmpty)
+        file = nil
+        #expect(handed.withLock { $0 } == [fd])
     }
 
     /// A body file its writer is still filling: the transfer sends what is written, waits

@@ -69,6 +69,24 @@ import Testing
         #expect(spool.usedBytes == 0)
     }
 
+    /// A batch's write, as the gathering task waits for it: done before the wait or after,
+    /// the wait returns once; a failed write throws its problem.
+    @Test func aBatchWriteWakesItsWaiterWhetherItEndsBeforeOrAfter() async throws {
+        let early = BatchWrite()
+        early.complete(.success(()))
+        try await early.wait()
+
+        let late = BatchWrite()
+        async let waited: Void = late.wait()
+        late.complete(.success(()))
+        try await waited
+
+        let failed = BatchWrite()
+        let failing = Task { try await failed.wait() }
+        failed.complete(.failure(Problem(.internalServerError, .internalError, "cannot write the request body spool file")))
+        await #expect(throws: Problem.self) { try await failing.value }
+    }
+
     struct BrokenOff: Error {}
 
     /// A streamed spool reserves its announced length up front, tells readers how far the

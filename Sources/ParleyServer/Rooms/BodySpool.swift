@@ -125,13 +125,15 @@ struct StreamingSpool: Sendable {
 }
 
 /// Bytes on their way into a spool file: gathered into batches of `SpoolFile.batchBytes`,
-/// each written on the blocking pool while the next one gathers, and announced to the
-/// file's readers (`BodyFile.didWrite`) as soon as it is in the file.
+/// each written on the blocking pool while the next one gathers. The pool's thread
+/// announces a written batch to the file's readers (`BodyFile.didWrite`) itself, so a batch
+/// costs one hand-over to the pool and, only when the gathering task already waits for it,
+/// one back: no `Task` and no hop through Swift's global executor.
 struct SpoolBatches {
     let file: SpoolFile
     private let spool: Spool
     private var pending: [UInt8]
-    private var writing: Task<Void, any Error>?
+    private var writing: BatchWrite?
 
     init(_ file: SpoolFile, spool: Spool, first: [UInt8] = []) {
         self.file = file
@@ -153,7 +155,7 @@ struct SpoolBatches {
 
     /// After a failure: waits for the write in flight, and writes nothing more.
     func abandon() async {
-        if let writing { _ = try? await writing.value }
+        if let writing { _ = try? await writing.wait() }
     }
 
     private mutating func flush() async throws {
@@ -163,17 +165,60 @@ struct SpoolBatches {
         let spool = self.spool
         pending = []
         pending.reserveCapacity(SpoolFile.batchBytes)
-        writing = Task {
-            let took = try await file.write(batch)
-            spool.didWrite(bytes: batch.count, took: took)
-            file.file.didWrite(Int64(batch.count))
+        let write = BatchWrite()
+        file.write(batch) { result in
+            if case .success(let took) = result {
+                spool.didWrite(bytes: batch.count, took: took)
+                file.file.didWrite(Int64(batch.count))
+            }
+            write.complete(result.map { _ in })
         }
+        writing = write
     }
 
     private mutating func settle() async throws {
-        guard let task = writing else { return }
+        guard let write = writing else { return }
         writing = nil
-        try await task.value
+        try await write.wait()
+    }
+}
+
+/// One batch's write on the blocking pool, as the gathering task sees it: `complete` is
+/// called once from the pool's thread; `wait` returns at once when it has been, and
+/// otherwise parks the task until it is.
+final class BatchWrite: Sendable {
+    private enum State {
+        case writing
+        case waiting(CheckedContinuation<Void, any Error>)
+        case done(Result<Void, Problem>)
+    }
+
+    private let state = Mutex(State.writing)
+
+    func complete(_ result: Result<Void, Problem>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            defer { state = .done(result) }
+            if case .waiting(let continuation) = state { return continuation }
+            return nil
+        }
+        waiter?.resume(with: result)
+    }
+
+    func wait() async throws {
+        if let done = state.withLock({ state -> Result<Void, Problem>? in
+            if case .done(let result) = state { return result }
+            return nil
+        }) {
+            return try done.get()
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let done = state.withLock { state -> Result<Void, Problem>? in
+                if case .done(let result) = state { return result }
+                state = .waiting(continuation)
+                return nil
+            }
+            if let done { continuation.resume(with: done) }
+        }
     }
 }
 
@@ -279,13 +324,19 @@ struct SpoolFile: Sendable {
             return fd
         }
         guard fd >= 0 else { throw Problem(.internalServerError, .internalError, "cannot create a spool file for the request body") }
-        return SpoolFile(file: BodyFile(adopting: fd, filling: filling))
+        // Closing a large nameless file frees its pages (tens of milliseconds per GiB): on the
+        // pool, never on the event loop or the curl thread that drops the last reference.
+        let closing: @Sendable (Int32) -> Void = { fd in NIOThreadPool.singleton.submit { _ in _ = close(fd) } }
+        return SpoolFile(file: BodyFile(adopting: fd, filling: filling, closing: closing))
     }
 
-    /// Writes `bytes` at the file's end; returns how long the write took on the pool's thread.
-    func write(_ bytes: [UInt8]) async throws -> Duration {
+    /// Writes `bytes` at the file's end on the blocking pool; `done` is called there, once,
+    /// with how long the write took on the pool's thread.
+    func write(_ bytes: [UInt8], then done: @escaping @Sendable (Result<Duration, Problem>) -> Void) {
         let file = self.file
-        let (ok, took) = try await NIOThreadPool.singleton.runIfActive { () -> (Bool, Duration) in
+        NIOThreadPool.singleton.submit { state in
+            let failed = Problem(.internalServerError, .internalError, "cannot write the request body spool file")
+            guard case .active = state else { return done(.failure(failed)) }
             let clock = ContinuousClock()
             let start = clock.now
             let ok = bytes.withUnsafeBytes { buffer -> Bool in
@@ -301,9 +352,7 @@ struct SpoolFile: Sendable {
                 }
                 return true
             }
-            return (ok, clock.now - start)
+            done(ok ? .success(clock.now - start) : .failure(failed))
         }
-        guard ok else { throw Problem(.internalServerError, .internalError, "cannot write the request body spool file") }
-        return took
     }
 }
