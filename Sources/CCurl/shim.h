@@ -1,6 +1,10 @@
 #ifndef PARLEY_CCURL_SHIM_H
 #define PARLEY_CCURL_SHIM_H
 #include <curl/curl.h>
+#include <sys/prctl.h>
+
+/* Names the calling thread (the curl thread; prctl is variadic). Up to 15 bytes. */
+static inline int c_parley_name_this_thread(const char *name) { return prctl(PR_SET_NAME, name, 0, 0, 0); }
 
 /* curl_easy_setopt, curl_easy_getinfo and curl_multi_setopt are variadic:
    Swift cannot call them, so each argument type gets a typed wrapper. */

@@ -134,6 +134,8 @@ final class MultiLoop: @unchecked Sendable {
         let rc = pthread_create(
             &thread, nil,
             { context in
+                // Named, so that `top -H` and `perf` tell it from the event loop that started it.
+                _ = c_parley_name_this_thread("parley-curl")
                 let loop = Unmanaged<MultiLoop>.fromOpaque(context!).takeRetainedValue()
                 loop.run()
                 return nil
