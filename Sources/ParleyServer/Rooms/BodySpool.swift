@@ -335,8 +335,7 @@ struct SpoolFile: Sendable {
     func write(_ bytes: [UInt8], then done: @escaping @Sendable (Result<Duration, Problem>) -> Void) {
         let file = self.file
         NIOThreadPool.singleton.submit { state in
-            let failed = Problem(.internalServerError, .internalError, "cannot write the request body spool file")
-            guard case .active = state else { return done(.failure(failed)) }
+            guard case .active = state else { return done(.failure(SpoolFile.writeFailed)) }
             let clock = ContinuousClock()
             let start = clock.now
             let ok = bytes.withUnsafeBytes { buffer -> Bool in
@@ -352,7 +351,11 @@ struct SpoolFile: Sendable {
                 }
                 return true
             }
-            done(ok ? .success(clock.now - start) : .failure(failed))
+            done(ok ? .success(clock.now - start) : .failure(SpoolFile.writeFailed))
         }
+    }
+
+    private static var writeFailed: Problem {
+        Problem(.internalServerError, .internalError, "cannot write the request body spool file")
     }
 }
