@@ -471,6 +471,7 @@ run_wrk() {
 # is still running 30 s after that: h2load 1.52 now and then keeps one thread's clients sending
 # past -D (seen once in a dozen runs, against nginx; the other thread had stopped on time).
 h2load_stuck=()
+h2load_stuck_warmup=()
 h2load_bounded() {
   local duration="$1" seconds; shift
   seconds="${duration%s}"; [[ "$seconds" =~ ^[0-9]+$ ]] || seconds=600  # "1m" and the like: a generous bound
@@ -489,10 +490,10 @@ run_h2load() {
   [ -n "$header" ] && args=(-H "$header")
   local attempt rc=0
   # A warm-up is not measured: one that ran on past its duration and was stopped (124) is
-  # named in the report, as a measured run would be, and the measured run goes ahead.
+  # named in the report, and the measured run goes ahead.
   h2load_bounded "$warmup" "${args[@]}" "$url" >"$tmp/h2load-$name-warmup.txt" 2>&1 || rc=$?
   if [ "$rc" -eq 124 ]; then
-    h2load_stuck+=("$name (warm-up)")
+    h2load_stuck_warmup+=("$name")
   elif [ "$rc" -ne 0 ]; then
     cat "$tmp/h2load-$name-warmup.txt" >&2; die "h2load warm-up against $name (exit $rc)"
   fi
@@ -965,6 +966,7 @@ say " 'failed' = failed + errored + timed out; no 4xx/5xx on any path)"
 say "throughput (h2load) parley/nginx = $h2_parley_nginx, parley/haproxy = $h2_parley_haproxy, parley/direct = $h2_parley_direct; nginx/direct = $h2_nginx_direct, haproxy/direct = $h2_haproxy_direct"
 say "load generators: parley/nginx is $tp_parley_nginx with wrk, $h2_parley_nginx with h2load; the larger is $gen_gap_pct % above the smaller: $gen_verdict"
 [ "${#h2load_stuck[@]}" -eq 0 ] || say "h2load ran on past its duration and was stopped, then measured again, in: ${h2load_stuck[*]}"
+[ "${#h2load_stuck_warmup[@]}" -eq 0 ] || say "h2load ran on past its warm-up's duration and was stopped (a warm-up is not measured) before: ${h2load_stuck_warmup[*]}"
 say ""
 say "-- CPU time per request during each measured run (user+system, all processes of that role) --"
 printf '%-22s %10s %10s %10s %11s %12s %12s\n' "run" "parley us" "sim us" "nginx us" "haproxy us" "postgres us" "load gen us"
