@@ -77,9 +77,11 @@ import Testing
         try await early.wait()
 
         let late = BatchWrite()
-        async let waited: Void = late.wait()
+        let waiting = Task { try await late.wait() }
+        while !late.hasWaiter { await Task.yield() }
         late.complete(.success(()))
-        try await waited
+        try await waiting.value
+        #expect(!late.hasWaiter)
 
         let failed = BatchWrite()
         let failing = Task { try await failed.wait() }

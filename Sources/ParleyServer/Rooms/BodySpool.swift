@@ -204,6 +204,14 @@ final class BatchWrite: Sendable {
         waiter?.resume(with: result)
     }
 
+    /// Whether a task is parked in `wait` (for tests).
+    var hasWaiter: Bool {
+        state.withLock { state in
+            if case .waiting = state { return true }
+            return false
+        }
+    }
+
     func wait() async throws {
         if let done = state.withLock({ state -> Result<Void, Problem>? in
             if case .done(let result) = state { return result }
