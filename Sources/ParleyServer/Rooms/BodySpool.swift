@@ -213,19 +213,18 @@ final class BatchWrite: Sendable {
     }
 
     func wait() async throws {
-        if let done = state.withLock({ state -> Result<Void, Problem>? in
-            if case .done(let result) = state { return result }
-            return nil
-        }) {
-            return try done.get()
-        }
+        if let done = result() { return try done.get() }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let done = state.withLock { state -> Result<Void, Problem>? in
-                if case .done(let result) = state { return result }
-                state = .waiting(continuation)
-                return nil
-            }
-            if let done { continuation.resume(with: done) }
+            if let done = result(orPark: continuation) { continuation.resume(with: done) }
+        }
+    }
+
+    /// The write's result once it is done; else nil, and `continuation` (if given) is parked.
+    private func result(orPark continuation: CheckedContinuation<Void, any Error>? = nil) -> Result<Void, Problem>? {
+        state.withLock { state in
+            if case .done(let result) = state { return result }
+            if let continuation { state = .waiting(continuation) }
+            return nil
         }
     }
 }
