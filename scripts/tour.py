@@ -31,6 +31,7 @@ import time
 from axe_selenium_python import Axe
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -183,6 +184,24 @@ def wait(browser, condition, timeout=20):
 
 def url_starts(prefix):
     return lambda browser: browser.current_url.startswith(prefix)
+
+
+def replaced(element):
+    """True once the document `element` belongs to has been replaced. Selenium's `staleness_of`
+    knows only `StaleElementReferenceException`; while the new document takes over, ChromeDriver
+    may answer "Node with given id does not belong to the document" instead (an unknown error),
+    which means the same (SeleniumHQ/selenium#15401) and ended a tour run on 2026-11-28."""
+    def check(_):
+        try:
+            element.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+    return check
 
 
 def confirm(browser, url):
@@ -376,7 +395,7 @@ def run(tour, demo, base, simulator):
             sign_in(browser, password=f"wrong-{attempt}", button="form button[type=submit], form [type=submit]")
             if attempt < 4:
                 if page is not None:
-                    wait(browser, EC.staleness_of(page))
+                    wait(browser, replaced(page))
                 wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#error")))
         status = done_status(browser, failing)
         tour.expect(status == "failed", "demo-form (to fail): five wrong passwords", f"done page: {status}")
