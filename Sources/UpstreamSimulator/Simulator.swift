@@ -219,6 +219,7 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
         guard (0...configuration.maxSlowMilliseconds).contains(ms) else {
             return SimHTTP.text("ms must be in 0...\(configuration.maxSlowMilliseconds)", status: .badRequest)
         }
+        state.record("GET /slow?ms=\(ms)")  // so a test can tell one call from the others
         try await Task.sleep(for: .milliseconds(ms))
         return SimHTTP.text("slow: \(ms) ms")
     }

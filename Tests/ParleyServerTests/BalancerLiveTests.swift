@@ -68,8 +68,8 @@ import UpstreamSimulator
                 try await Self.registrationAndProxiedCalls(client, instances, simulator)
                 try await Self.theHAProxyExampleServesToo(instances, certificates)
                 try await Self.signInAcrossInstances(client, instances, publicURL: publicURL, simulatorURL: simulatorURL)
-                try await Self.sigtermUnderLoad(client, instances, nginx, simulatorPort: simulatorPort)
-                try await Self.withoutRetriesAClientSeesTheStop(environment, instances, certificates)
+                try await Self.sigtermUnderLoad(client, instances, nginx, simulator, simulatorPort: simulatorPort)
+                try await Self.withoutRetriesAClientSeesTheStop(environment, instances, certificates, simulator)
             } catch {
                 Issue.record("nginx error log: \(nginx.errorLog.suffix(1500))")
                 throw error
@@ -259,6 +259,9 @@ import UpstreamSimulator
         var failed: [Outcome] { all.filter { $0.status != 200 } }
         /// Proxied calls the stopped instance answered (200, nginx's log) after it got SIGTERM.
         var finishedAfterSignal: Int
+        /// The call sent to the stopped instance itself, in flight at the signal: its status
+        /// (nil: no answer) and whether it ended after the signal.
+        var held: (status: Int?, endedAfterSignal: Bool)
         var exitStatus: Int32
         var drained: Duration
         /// nginx access-log lines of calls it sent to more than one instance.
@@ -268,17 +271,18 @@ import UpstreamSimulator
 
         var summary: String {
             "\(all.count) proxied GETs by 4 clients, \(failed.count) failed; the SIGTERM'd instance answered \(finishedAfterSignal) "
-                + "after the signal and exited (\(exitStatus)) \(drained) after it; \(resent.count) resent by nginx to another instance "
+                + "of them and the call it held (\(held.status.map(String.init) ?? "no answer")) after the signal and exited (\(exitStatus)) \(drained) after it; \(resent.count) resent by nginx to another instance "
                 + "\(resent.prefix(3).map { String($0.split(separator: " upstream=").last ?? "") })"
         }
     }
 
     /// Four clients send proxied GETs (150 ms upstream each) through nginx in a loop; once the
-    /// victim has served its share, it gets SIGTERM; the load goes on until 60 more answers came
+    /// victim has served its share, it gets SIGTERM, with one more call (1.5 s upstream) sent to
+    /// it directly and seen at the upstream before; the load goes on until 60 more answers came
     /// after the victim exited.
-    static func loadWhileStopping(_ victim: ParleyProcess, _ instances: [ParleyProcess], _ client: BalancerClient, _ nginx: ExampleNginx)
-        async throws -> LoadReport
-    {
+    static func loadWhileStopping(
+        _ victim: ParleyProcess, _ instances: [ParleyProcess], _ client: BalancerClient, _ nginx: ExampleNginx, _ simulator: SimulatorState
+    ) async throws -> LoadReport {
         let created = try await client.call(
             "POST", "/v1/registrations", json: #"{"destination":"sim","credentials":{"username":"alice","password":"wonderland"}}"#)
         let token = try #require(created.json?["clientToken"] as? String)
@@ -306,6 +310,20 @@ import UpstreamSimulator
             try await poll(within: .seconds(15), "the victim to serve the load") {
                 count(victim.log, route: route) >= servedBefore + 10 && instances.allSatisfy { count($0.log, route: route) > 0 }
             }
+            // A call the victim holds when the signal comes. Sent to it directly: nginx's round robin
+            // may have nothing in flight there at that instant (a run on 2026-11-28 had none).
+            let heldMilliseconds = 1500
+            let heldRoute = "GET /slow?ms=\(heldMilliseconds)"
+            let heldBefore = simulator.requests(route: heldRoute)
+            let held = Task { () -> (status: Int?, ended: ContinuousClock.Instant) in
+                let answer = try? await RawHTTP.request(
+                    port: victim.port, method: "GET", target: "/v1/proxy/slow?ms=\(heldMilliseconds)",
+                    headers: [("Authorization", "Bearer \(token)")])
+                return (answer?.status, .now)
+            }
+            guard await simulator.waitForRequests(route: heldRoute, count: heldBefore + 1, timeout: .seconds(10)) else {
+                throw TestHarnessError("the call sent to the victim did not reach the upstream")
+            }
             let mark = victim.log.count
             let signalled = ContinuousClock.now
             let signalledAt = Date().timeIntervalSince1970
@@ -318,6 +336,7 @@ import UpstreamSimulator
             }
             running.turnOff()
             try await group.waitForAll()
+            let heldOutcome = await held.value
 
             let afterSignal = String(victim.log.dropFirst(mark))
             // Answered by the victim alone, with 200, and finished (nginx's $msec) after the signal.
@@ -331,7 +350,8 @@ import UpstreamSimulator
                 line.contains("/parley/v1/proxy/slow") && line.contains(", ")
             }
             return LoadReport(
-                all: outcomes.all, finishedAfterSignal: finished.count, exitStatus: exit, drained: exited - signalled, resent: resent,
+                all: outcomes.all, finishedAfterSignal: finished.count, held: (heldOutcome.status, heldOutcome.ended > signalled),
+                exitStatus: exit, drained: exited - signalled, resent: resent,
                 victimLogAfterSignal: afterSignal)
         }
     }
@@ -341,7 +361,9 @@ import UpstreamSimulator
     /// Three thin clients long-poll pending flows (one lands on each instance), then the load
     /// starts and the middle instance gets SIGTERM. No proxied call fails; the flows are then
     /// completed, and every long-poll, the one the stopped instance held included, answers 200.
-    static func sigtermUnderLoad(_ client: BalancerClient, _ instances: [ParleyProcess], _ nginx: ExampleNginx, simulatorPort: Int) async throws {
+    static func sigtermUnderLoad(
+        _ client: BalancerClient, _ instances: [ParleyProcess], _ nginx: ExampleNginx, _ simulator: SimulatorState, simulatorPort: Int
+    ) async throws {
         var flows: [(token: String, id: String, url: String)] = []
         for _ in 0..<3 {
             let created = try await client.call("POST", "/v1/registrations", json: #"{"destination":"as"}"#)
@@ -359,14 +381,16 @@ import UpstreamSimulator
                 (try? await nginx.requestsInProgress()) ?? 0 >= 3
             }
 
-            let report = try await loadWhileStopping(instances[1], instances, client, nginx)
+            let report = try await loadWhileStopping(instances[1], instances, client, nginx, simulator)
             #expect(report.all.count >= 60)
             #expect(
                 report.failed.isEmpty,
                 "\(report.failed.count) of \(report.all.count) requests failed: \(report.failed.prefix(5).map { "\($0.status.map(String.init) ?? "-") \($0.failure ?? "")" })")
             #expect(report.exitStatus == 0, "the drained instance exited with \(report.exitStatus)")
-            // The draining instance finished what it held: proxied calls it answered after the signal.
-            #expect(report.finishedAfterSignal >= 1, "no request in flight on the victim when it got SIGTERM finished there")
+            // The draining instance finished what it held: the call in flight there at the signal.
+            #expect(
+                report.held.status == 200 && report.held.endedAfterSignal,
+                "the call the victim held when it got SIGTERM: \(report.held.status.map(String.init) ?? "no answer")")
             print("[measured] balancer, SIGTERM under load: \(report.summary)")
 
             // The long-poll the stopped instance held ended there (answered or cut off).
@@ -423,7 +447,7 @@ import UpstreamSimulator
     /// The same load against the example with its retries switched off fails: the load test can
     /// tell a balancer that hides an instance's exit from one that does not.
     static func withoutRetriesAClientSeesTheStop(
-        _ environment: [String: String], _ instances: [ParleyProcess], _ certificates: TestCertificates
+        _ environment: [String: String], _ instances: [ParleyProcess], _ certificates: TestCertificates, _ simulator: SimulatorState
     ) async throws {
         let replacement = try await ParleyProcess.start(environment: environment)
         defer { Task { await replacement.stop() } }
@@ -441,7 +465,7 @@ import UpstreamSimulator
         defer { nginx.remove() }
         let client = BalancerClient(base: "https://127.0.0.1:\(port)/parley", ca: certificates.caPEM)
         defer { client.shutdown() }
-        let report = try await loadWhileStopping(replacement, pool, client, nginx)
+        let report = try await loadWhileStopping(replacement, pool, client, nginx, simulator)
         #expect(!report.failed.isEmpty, "with retries off no client noticed the stop")
         #expect(report.failed.allSatisfy { $0.status == 502 }, "\(report.failed.map { $0.status.map(String.init) ?? $0.failure ?? "" })")
         #expect(report.resent.isEmpty)
