@@ -271,7 +271,8 @@ import UpstreamSimulator
 
         var summary: String {
             "\(all.count) proxied GETs by 4 clients, \(failed.count) failed; the SIGTERM'd instance answered \(finishedAfterSignal) "
-                + "of them and the call it held (\(held.status.map(String.init) ?? "no answer")) after the signal and exited (\(exitStatus)) \(drained) after it; \(resent.count) resent by nginx to another instance "
+                + "of them and the call it held (\(held.status.map(String.init) ?? "no answer")) after the signal and exited "
+                + "(\(exitStatus)) \(drained) after it; \(resent.count) resent by nginx to another instance "
                 + "\(resent.prefix(3).map { String($0.split(separator: " upstream=").last ?? "") })"
         }
     }
@@ -306,6 +307,8 @@ import UpstreamSimulator
                     }
                 }
             }
+            // A wait below that times out ends the load too, instead of leaving the group waiting for it.
+            defer { running.turnOff() }
             // Every instance is carrying the load before the signal.
             try await poll(within: .seconds(15), "the victim to serve the load") {
                 count(victim.log, route: route) >= servedBefore + 10 && instances.allSatisfy { count($0.log, route: route) > 0 }
