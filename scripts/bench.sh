@@ -14,10 +14,10 @@
 #      as the upstream half (scripts/bench/curl_floor.c, a C client), and the server floors
 #      (server-floor: the same GET on NIO alone and on Hummingbird, doing nothing but the
 #      answer, with CurlTransport and without, and with libcurl driven on the loop; the three
-#      that proxy also one request at a time, and the four headline targets applied to them); and the proxied GET
-#      with a client-credentials token injected, and with Basic and a jar of 20 cookies, each
-#      compared with the plain call in back-to-back pairs to /status/200, in units of the
-#      simulator's speed during each run (the median of BENCH_PAIR_ROUNDS);
+#      that proxy also one request at a time, and the four headline targets applied to them);
+#      and the proxied GET with a client-credentials token injected, and with Basic and a jar
+#      of 20 cookies, each compared with the plain call in back-to-back pairs to /status/200,
+#      in units of the simulator's speed during each run (the median of BENCH_PAIR_ROUNDS);
 #      system calls and context switches per request of Parley, nginx, HAProxy and the
 #      simulator (perf stat, first round);
 #   2. Parley's resident memory and throughput during 1 GiB transfers against nginx: a
@@ -807,6 +807,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 diff_ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 per_req_us() { awk -v t="$1" -v hz="$hz" -v n="$2" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }'; }
 verdict() { awk -v ok="$1" 'BEGIN { print (ok ? "met" : "MISSED") }'; }
+# reach 1|0 — whether a floor meets a target (said apart from Parley's own verdicts).
+reach() { awk -v ok="$1" 'BEGIN { print (ok ? "meets" : "misses") }'; }
 
 tp_parley_nginx="$(ratio "$rps_parley" "$rps_nginx")"
 tp_parley_direct="$(ratio "$rps_parley" "$rps_direct")"
@@ -1034,7 +1036,6 @@ floor_against_targets() { # LABEL LOAD_RUN ONE_CONNECTION_RUN
   local r="rps_$2" q99="p99_$2" q50="p50_$3" tp add99 cpu add50
   tp="$(ratio "${!r}" "$rps_nginx")" add99="$(diff_ms "${!q99}" "$p99_direct")"
   cpu="$(ratio "$(cpu_us parley "$2")" "$us_nginx")" add50="$(diff_ms "${!q50}" "$p50_direct1")"
-  reach() { awk -v ok="$1" 'BEGIN { print (ok ? "meets" : "misses") }'; }
   printf '%s: throughput %s of nginx (%s >= 0.8), added p99 %s ms (%s <= 1), CPU %s of nginx (%s <= 3), added p50 at 1 connection %s ms (%s <= 0.15)' \
     "$1" "$tp" "$(reach "$(awk -v r="$tp" 'BEGIN{print (r >= 0.8)}')")" "$add99" "$(reach "$(awk -v d="$add99" 'BEGIN{print (d <= 1)}')")" \
     "$cpu" "$(reach "$(awk -v r="$cpu" 'BEGIN{print (r <= 3)}')")" "$add50" "$(reach "$(awk -v d="$add50" 'BEGIN{print (d <= 0.15)}')")"
