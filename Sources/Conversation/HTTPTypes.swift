@@ -86,6 +86,9 @@ public enum RequestBody: Sendable, Equatable {
     /// A spool file still being filled from a body whose length nobody announced: its size
     /// is known only once its writer finishes, so it goes upstream with chunked coding.
     case stream(BodyFile)
+    /// A body that passes through once and is kept nowhere, for a conversation that cannot
+    /// send its request twice; `length` nil sends it with chunked coding.
+    case pipe(BodyPipe, length: Int64?)
 
     /// Opens the file at `path` for reading; when it cannot be opened, sending fails
     /// with `invalidRequest`.
@@ -93,13 +96,14 @@ public enum RequestBody: Sendable, Equatable {
         .file(BodyFile(adopting: open(path, O_RDONLY | O_CLOEXEC)), length: length)
     }
 
-    /// The size in bytes; nil for a `stream`, whose size is not known yet.
+    /// The size in bytes; nil for a `stream` (or a `pipe` without one), whose size is not known yet.
     public var length: Int64? {
         switch self {
         case .empty: 0
         case .bytes(let b): Int64(b.count)
         case .file(_, let length): length
         case .stream: nil
+        case .pipe(_, let length): length
         }
     }
 }

@@ -77,6 +77,14 @@ public struct ConversationManager: Sendable {
         return copy
     }
 
+    /// Whether a conversation can send its request more than once: a filter that answers a
+    /// challenge or restarts the conversation, or one that can ask for a person (whose
+    /// sign-in sends the request again). Without any, the body is sent once and need not
+    /// be kept for a replay.
+    public var mayResend: Bool {
+        !requestFilters.isEmpty || !challengeFilters.isEmpty || !responseFilters.isEmpty
+    }
+
     /// Runs one conversation to its final response. The returned body has not
     /// been read; the caller streams it.
     public func execute(_ request: UpstreamRequest, id: String = ConversationManager.newID()) async throws

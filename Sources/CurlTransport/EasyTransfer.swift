@@ -25,6 +25,9 @@ final class EasyTransfer {
     /// The body file (its writer may still be filling it: a streamed spool); `uploadOffset`
     /// is the position of the next read.
     private var uploadFile: BodyFile?
+    /// A body that passes through once (`RequestBody.pipe`); closed in `release()`, so that
+    /// its writer never waits for a transfer that is over.
+    private var uploadPipe: BodyPipe?
     private var released = false
     /// Heads up to this body size wait for their body (`Configuration.wholeBodyBytes`).
     private let wholeBodyBytes: Int
@@ -80,6 +83,8 @@ final class EasyTransfer {
         if let headerList { curl_slist_free_all(headerList) }
         headerList = nil
         uploadFile = nil
+        uploadPipe?.close()
+        uploadPipe = nil
     }
 
     // MARK: Options
@@ -93,6 +98,8 @@ final class EasyTransfer {
     private func configure(_ configuration: CurlTransport.Configuration) throws(TransportError) {
         let h = handle
         let me = Unmanaged.passUnretained(self).toOpaque()
+        // Before any check can return: `release()` must close the pipe whatever happens.
+        if case .pipe(let pipe, _) = request.body { uploadPipe = pipe }
 
         try check(c_parley_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
         try check(c_parley_easy_setopt_string(h, CURLOPT_URL, request.url), "URL")
@@ -187,6 +194,11 @@ final class EasyTransfer {
             // A file body is large (a spooled upload): curl reads and sends it in 256 KiB
             // instead of its default 64 KiB, a quarter of the reads and sends per GiB.
             try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 256 * 1024), "UPLOAD_BUFFERSIZE")
+        case .pipe:
+            try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 256 * 1024), "UPLOAD_BUFFERSIZE")
+            // A pipe cannot rewind, and curl rewinds a body to send it again when a reused
+            // connection turns out to be closed: a new connection never needs that.
+            try check(c_parley_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1), "FRESH_CONNECT")
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
         // -1: the size is unknown, and curl sends the body with chunked coding (HTTP/1.1).
@@ -283,6 +295,17 @@ final class EasyTransfer {
 
     private func sendBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        if let pipe = uploadPipe {
+            let state = self.state
+            switch pipe.read(into: buffer, wake: { state.resumeUpload() }) {
+            case .bytes(let n):
+                uploadOffset += n
+                return n
+            case .end: return 0
+            case .wait: return c_parley_readfunc_pause()  // `wake` resumes it
+            case .failed: return c_parley_readfunc_abort()
+            }
+        }
         if let file = uploadFile {
             var count = buffer.count
             let state = self.state
@@ -314,6 +337,8 @@ final class EasyTransfer {
     private func seekBody(to offset: curl_off_t, origin: Int32) -> Int32 {
         // A stream's end is not known yet: reading from any offset waits for its bytes.
         guard origin == SEEK_SET, offset >= 0, Int64(offset) <= request.body.length ?? Int64.max else { return c_parley_seekfunc_fail() }
+        // A pipe keeps nothing: it can only "rewind" to where it stands, before its first read.
+        if uploadPipe != nil { return offset == 0 && uploadOffset == 0 ? c_parley_seekfunc_ok() : c_parley_seekfunc_fail() }
         uploadOffset = Int(offset)
         return c_parley_seekfunc_ok()
     }

@@ -45,7 +45,7 @@ struct PreparedRequest: Sendable {
         if !sawAccept { lines.append("Accept:") }  // no curl default "Accept: */*"
         lines.append("Expect:")  // never "Expect: 100-continue"
         // A body of unknown size: chunked coding, which curl applies when asked this way.
-        if case .stream = request.body, request.method != "HEAD" { lines.append("Transfer-Encoding: chunked") }
+        if request.body.length == nil, request.method != "HEAD" { lines.append("Transfer-Encoding: chunked") }
         self.headerLines = lines
         self.body = request.body
         self.tls = request.tls

@@ -11,6 +11,9 @@ import ParleyCrypto
 ///   `WWW-Authenticate: Basic realm="smp"` otherwise.
 /// - `GET /files/big?mb=N` — N MiB where byte i is `UInt8(i % 251)`, streamed with Content-Length.
 /// - `POST|PUT /upload` — hashes the streamed body: `{"bytes":n,"sha256":"hex"}`.
+/// - `POST|PUT /upload/limited` — as `/upload` for a body of at most 1 MiB by its
+///   `Content-Length`; any other gets `413` at once, its body unread (a server's body-size
+///   limit, as nginx's `client_max_body_size` answers).
 /// - `ANY /echo/{path...}` — `{"method","path","query","headers","bodyBytes","bodySha256"}`;
 ///   `path` and `query` are the raw request target, header names are lower-cased.
 /// - `GET /slow?ms=N` — answers after N ms.
@@ -179,6 +182,14 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
     for method in [HTTPRequest.Method.post, .put] {
         router.on("/upload", method: method) { request, _ -> Response in
             state.record("\(method.rawValue) /upload")
+            let (count, digest) = try await SimHTTP.digest(request.body)
+            return json(UploadAnswer(bytes: count, sha256: digest))
+        }
+        router.on("/upload/limited", method: method) { request, _ -> Response in
+            state.record("\(method.rawValue) /upload/limited")
+            guard let length = request.headers[.contentLength].flatMap(Int.init), length <= 1 << 20 else {
+                return Response(status: .contentTooLarge, headers: [.connection: "close"], body: .init(byteBuffer: ByteBuffer(string: "too large\n")))
+            }
             let (count, digest) = try await SimHTTP.digest(request.body)
             return json(UploadAnswer(bytes: count, sha256: digest))
         }

@@ -312,6 +312,75 @@ struct CurlTransportTests {
         }
     }
 
+    /// A body that passes through once: the transfer sends what the writer hands over, the
+    /// writer waits while the pipe is full, a writer that gives up aborts the transfer, and
+    /// the pipe is closed when the transfer is over. It goes on a connection of its own
+    /// (a pipe cannot rewind for curl's resend on a reused connection that turned out closed).
+    @Test(arguments: [true, false], [false, true])
+    func aPipeBodyIsSentAsItArrivesOnAConnectionOfItsOwn(completes: Bool, chunked: Bool) async throws {
+        let pipe = BodyPipe(capacity: 256 << 10)
+        let parts = (0..<3).map { part in (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 11 &+ part) } }
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            // An idle connection to the same upstream, which a pipe body must not reuse.
+            _ = try await transport.send(UpstreamRequest(method: "GET", url: "\(base)/echo/warm")).body.collect(upTo: 1 << 20)
+            #expect(transport.statistics.connectionsOpened == 1)
+            let sent = Task {
+                try await transport.send(
+                    UpstreamRequest(method: "PUT", url: "\(base)/upload", body: .pipe(pipe, length: chunked ? nil : Int64(3 << 20))))
+            }
+            // Each 1 MiB part is four times the pipe: the writer goes on only as curl sends.
+            #expect(await pipe.write(parts[0]))
+            #expect(await pipe.write(parts[1]))
+            if completes {
+                #expect(await pipe.write(parts[2]))
+                pipe.finish()
+                let answer = try await Fixtures.decode(Fixtures.Upload.self, try await sent.value)
+                #expect(answer.bytes == 3 << 20)
+                #expect(answer.sha256 == Hex.encode(SHA256.hash(parts.flatMap { $0 })))
+                #expect(pipe.taken == 3 << 20)
+            } else {
+                pipe.fail()
+                let outcome = await sent.result
+                guard case .failure(let error) = outcome else {
+                    Issue.record("a body its writer gave up on was answered")
+                    return
+                }
+                #expect(error is TransportError, "\(error)")
+            }
+            // An aborted upload may end before the upstream's router saw its head.
+            if completes {
+                #expect(state.requests(route: "PUT /upload") == 1)
+            } else {
+                #expect(state.requests(route: "PUT /upload") <= 1)
+            }
+            #expect(transport.statistics.connectionsOpened == 2)
+            #expect(transport.statistics.transfersActive == 0)
+            #expect(await pipe.write([1]) == false, "the transfer is over: the pipe is closed")
+        }
+    }
+
+    /// An upstream that answers 413 at once, its body unread: curl stops sending, the answer
+    /// comes back, and the pipe's writer is not left waiting (the transfer closes it).
+    @Test func aPipeBodyRefusedEarlyFreesItsWriter() async throws {
+        let pipe = BodyPipe(capacity: 256 << 10)
+        try await Fixtures.withSimulatorAndTransport { base, state, transport in
+            let writer = Task {
+                var taken = 0
+                for _ in 0..<64 {
+                    guard await pipe.write([UInt8](repeating: 5, count: 256 << 10)) else { break }
+                    taken += 1
+                }
+                return taken
+            }
+            let response = try await transport.send(
+                UpstreamRequest(method: "PUT", url: "\(base)/upload/limited", body: .pipe(pipe, length: 16 << 20)))
+            #expect(response.status == 413)
+            _ = try await response.body.collect(upTo: 1 << 20)
+            #expect(await writer.value < 64, "the writer stopped being waited for before the 16 MiB were sent")
+            #expect(state.requests(route: "PUT /upload/limited") == 1)
+        }
+    }
+
     // MARK: Concurrency and reuse
 
     @Test func twoHundredConcurrentRequests() async throws {

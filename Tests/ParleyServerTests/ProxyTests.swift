@@ -168,11 +168,57 @@ import Testing
         }
     }
 
+    /// A destination with no filter that could send a request twice (no Basic, CSRF, OAuth2,
+    /// SAML2 or OTP): a large body passes through to the upstream as it arrives and is kept
+    /// nowhere, with a length or chunked.
+    @Test func anUploadThatCannotBeSentTwicePassesThroughUnspooled() async throws {
+        try await withLiveParley(destinations: Self.plainAndBasic) { live in
+            let (_, token) = try await live.register("plain", credentials: false)
+            let body = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 1) }
+            let response = try await live.request("POST", "/v1/proxy/upload", token: token, body: body)
+            #expect(response.status == 200)
+            #expect(response.json?["sha256"] as? String == Hex.encode(SHA256.hash(body)))
+            #expect(response.json?["bytes"] as? Int == body.count)
+            let metrics = try await live.request("GET", "/metrics").text
+            #expect(metrics.split(separator: "\n").contains("parley_spool_written_bytes 0.0"), "nothing was spooled")
+            #expect(metrics.split(separator: "\n").contains("parley_spool_bytes 0.0"))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: live.spoolDirectory).isEmpty)
+        }
+    }
+
+    /// An upstream that refuses a large body at once (`413`, its body unread): the client
+    /// gets that answer, whether the body was passing through or spooled, and the instance
+    /// serves the next upload.
+    @Test(arguments: ["plain", "sim"])
+    func anUploadTheUpstreamRefusesAtOnceGetsItsAnswer(destination: String) async throws {
+        try await withLiveParley(destinations: Self.plainAndBasic) { live in
+            let (_, token) = try await live.register(destination, credentials: destination == "sim")
+            let body = [UInt8](repeating: 3, count: 8 << 20)
+            let refused = try await live.request("PUT", "/v1/proxy/upload/limited", token: token, body: body)
+            #expect(refused.status == 413, "\(refused.text)")
+            #expect(live.simulator.requests(route: "PUT /upload/limited") == 1)
+            let small = [UInt8](repeating: 4, count: 512 << 10)
+            let accepted = try await live.request("PUT", "/v1/proxy/upload/limited", token: token, body: small)
+            #expect(accepted.status == 200)
+            #expect(accepted.json?["sha256"] as? String == Hex.encode(SHA256.hash(small)))
+            try await Self.poll("the spool to be given back") {
+                let metrics = (try? await live.request("GET", "/metrics").text) ?? ""
+                return metrics.split(separator: "\n").contains("parley_spool_bytes 0.0")
+            }
+        }
+    }
+
+    static let plainAndBasic: @Sendable (String) -> [DestinationSpec] = { url in
+        [DestinationSpec(name: "sim", url: url, basic: .init()), DestinationSpec(name: "plain", url: url)]
+    }
+
     /// A large upload streams on to the upstream while it arrives; when the client goes away
     /// halfway, the exchange ends, the spool's share is given back and the process goes on.
-    @Test func anUploadThatBreaksOffEndsItsExchangeAndFreesTheSpool() async throws {
-        try await withLiveParley { live in
-            let (_, token) = try await live.register()
+    /// Spooled (`sim`, with Basic) or passing through (`plain`).
+    @Test(arguments: ["sim", "plain"])
+    func anUploadThatBreaksOffEndsItsExchangeAndFreesTheSpool(destination: String) async throws {
+        try await withLiveParley(destinations: Self.plainAndBasic) { live in
+            let (_, token) = try await live.register(destination, credentials: destination == "sim")
             let fd = try RawHTTP.connectLoopback(port: live.port, timeout: 10)
             let head = "POST /v1/proxy/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n"
                 + "Content-Length: \(4 << 20)\r\n\r\n"
@@ -201,10 +247,12 @@ import Testing
     }
 
     /// A body sent chunked, without a length, that outgrows memory streams on to the upstream
-    /// while it arrives (chunked again), and arrives whole.
-    @Test func aChunkedUploadStreamsOnWhileItArrives() async throws {
-        try await withLiveParley { live in
-            let (_, token) = try await live.register()
+    /// while it arrives (chunked again), and arrives whole: spooled (`sim`) or passing
+    /// through (`plain`).
+    @Test(arguments: ["sim", "plain"])
+    func aChunkedUploadStreamsOnWhileItArrives(destination: String) async throws {
+        try await withLiveParley(destinations: Self.plainAndBasic) { live in
+            let (_, token) = try await live.register(destination, credentials: destination == "sim")
             let fd = try RawHTTP.connectLoopback(port: live.port, timeout: 10)
             defer { close(fd) }
             func send(_ bytes: [UInt8]) {

@@ -97,23 +97,14 @@ struct StreamingSpool: Sendable {
     func run<I: AsyncIteratorProtocol>(_ source: I, first: [UInt8] = [], limit: Int64 = .max) async throws where I.Element == ByteBuffer {
         var source = source
         var batches = SpoolBatches(SpoolFile(file: file), spool: spool, first: first)
-        var total = Int64(first.count)
+        var arrival = BodyArrival(length: length, limit: limit, first: first.count)
         do {
             while let buffer = try await source.next() {
-                total += Int64(buffer.readableBytes)
-                if let length {
-                    guard total <= length else { throw Problem.invalid("the request body is longer than its Content-Length") }
-                } else {
-                    guard total <= limit else {
-                        throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
-                    }
-                    try reservation.grow(Int64(buffer.readableBytes))
-                }
+                try arrival.admit(buffer.readableBytes)
+                if length == nil { try reservation.grow(Int64(buffer.readableBytes)) }
                 try await batches.append(buffer.readableBytesView)
             }
-            if let length, total != length {
-                throw Problem.invalid("the request body is shorter than its Content-Length")
-            }
+            try arrival.whole()
             try await batches.finish()
             file.finish()
         } catch {
@@ -121,6 +112,120 @@ struct StreamingSpool: Sendable {
             file.fail()
             throw error
         }
+    }
+}
+
+/// A body too large for memory, on its way upstream while it arrives: spooled for a replay
+/// (`kept`), or piped through once.
+enum StreamedBody: Sendable {
+    case spooled(StreamingSpool)
+    case piped(PipedBody)
+
+    /// `413` when a kept body finds the spool's quota spent.
+    static func start(length: Int64?, first: Int = 0, kept: Bool, spool: Spool) async throws -> StreamedBody {
+        guard kept else { return .piped(PipedBody(length: length)) }
+        return .spooled(try await StreamingSpool.start(length: length, first: first, spool: spool))
+    }
+
+    var spooled: SpooledBody {
+        switch self {
+        case .spooled(let streaming): streaming.spooled
+        case .piped(let piped): piped.spooled
+        }
+    }
+
+    func run<I: AsyncIteratorProtocol>(_ source: I, first: [UInt8], limit: Int64) async throws where I.Element == ByteBuffer {
+        switch self {
+        case .spooled(let streaming): try await streaming.run(source, first: first, limit: limit)
+        case .piped(let piped): try await piped.run(source, first: first, limit: limit)
+        }
+    }
+
+    /// The exchange has its outcome. A piped body stops waiting for a transfer that will
+    /// read no more: one that failed (or never started), and one answered 300 or more
+    /// before the body was sent (libcurl stops sending then). The rest of the client's body
+    /// is read and dropped; a spool goes on filling for a replay.
+    func exchanged(_ outcome: Result<ConversationResult, any Error>) {
+        guard case .piped(let piped) = self else { return }
+        switch outcome {
+        case .success(.response(let response)) where response.status < 300: return
+        default: piped.pipe.close()
+        }
+    }
+}
+
+/// A body too large for memory, for a conversation that cannot send it twice
+/// (`ConversationManager.mayResend` is false): it passes through a `BodyPipe` to the
+/// transfer while it arrives and is kept nowhere, so it takes no spool quota and no page
+/// cache. `run()` feeds the pipe and must run beside the exchange.
+struct PipedBody: Sendable {
+    let pipe: BodyPipe
+    /// The announced length; nil for a body that has none (it goes upstream chunked).
+    private let length: Int64?
+
+    init(length: Int64?) {
+        self.pipe = BodyPipe(capacity: 4 * SpoolFile.batchBytes)
+        self.length = length
+    }
+
+    var spooled: SpooledBody { SpooledBody(body: .pipe(pipe, length: length), reservation: nil) }
+
+    /// Hands `first` (what was read before), then the rest of `source` to the pipe in
+    /// batches, waiting while the transfer has a full pipe to send. A body that breaks off,
+    /// runs past its announced length or past `limit` (`413`) fails the pipe (the exchange
+    /// reading it aborts) and throws. Once the transfer is over (the pipe is closed), the
+    /// rest of the body is read and dropped.
+    func run<I: AsyncIteratorProtocol>(_ source: I, first: [UInt8] = [], limit: Int64 = .max) async throws where I.Element == ByteBuffer {
+        var source = source
+        var arrival = BodyArrival(length: length, limit: limit, first: first.count)
+        var pending = first
+        pending.reserveCapacity(SpoolFile.batchBytes)
+        do {
+            while let buffer = try await source.next() {
+                try arrival.admit(buffer.readableBytes)
+                pending.append(contentsOf: buffer.readableBytesView)
+                if pending.count >= SpoolFile.batchBytes {
+                    await pipe.write(pending)
+                    pending = []
+                    pending.reserveCapacity(SpoolFile.batchBytes)
+                }
+            }
+            try arrival.whole()
+            await pipe.write(pending)
+            pipe.finish()
+        } catch {
+            pipe.fail()
+            throw error
+        }
+    }
+}
+
+/// The checks a streamed body gets as it arrives: no longer than its announced length and
+/// exactly that long at its end; without a length, at most `limit` bytes (`413`).
+struct BodyArrival {
+    let length: Int64?
+    let limit: Int64
+    private(set) var total: Int64
+
+    init(length: Int64?, limit: Int64, first: Int) {
+        self.length = length
+        self.limit = limit
+        self.total = Int64(first)
+    }
+
+    mutating func admit(_ count: Int) throws(Problem) {
+        total += Int64(count)
+        if let length {
+            guard total <= length else { throw Problem.invalid("the request body is longer than its Content-Length") }
+        } else {
+            guard total <= limit else {
+                throw Problem(.contentTooLarge, .payloadTooLarge, "the request body is larger than \(limit) bytes")
+            }
+        }
+    }
+
+    func whole() throws(Problem) {
+        if let length, total != length { throw Problem.invalid("the request body is shorter than its Content-Length") }
     }
 }
 

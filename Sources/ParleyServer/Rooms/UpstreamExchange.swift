@@ -54,27 +54,31 @@ struct UpstreamExchange: Sendable {
         }
         let spooled: SpooledBody
         var outcome: Result<ConversationResult, any Error>
-        // A body too large for memory is sent while it is still arriving (and spooled for a
-        // replay): one of known length at once, one without (chunked) once it outgrows memory.
-        var streaming: (spool: StreamingSpool, first: [UInt8], rest: Hummingbird.RequestBody.AsyncIterator)?
+        // A body too large for memory is sent while it is still arriving: one of known length
+        // at once, one without (chunked) once it outgrows memory. It is spooled for a replay,
+        // unless the conversation cannot send it twice: then it passes through, kept nowhere.
+        var streaming: (body: StreamedBody, first: [UInt8], rest: Hummingbird.RequestBody.AsyncIterator)?
         var inMemory: [UInt8] = []
         if let declaredLength, declaredLength > Int64(memoryBodyBytes) {
-            streaming = (try await StreamingSpool.start(length: declaredLength, spool: spool), [], body.makeAsyncIterator())
+            streaming = (
+                try await StreamedBody.start(length: declaredLength, kept: manager.mayResend, spool: spool), [], body.makeAsyncIterator()
+            )
         } else {
             // Small enough for memory by its length, or of unknown length (chunked): read while it
             // fits; past that (only without a length) the rest streams.
             var rest = body.makeAsyncIterator()
             let first = try await SpooledBody.readStart(&rest, memoryLimit: memoryBodyBytes, limit: limit)
             if first.count > memoryBodyBytes {
-                streaming = (try await StreamingSpool.start(length: nil, first: first.count, spool: spool), first, rest)
+                streaming = (try await StreamedBody.start(length: nil, first: first.count, kept: manager.mayResend, spool: spool), first, rest)
             } else {
                 inMemory = first
             }
         }
-        if let (streamingSpool, first, rest) = streaming {
-            spooled = streamingSpool.spooled
-            async let filled: Void = streamingSpool.run(rest, first: first, limit: limit)
+        if let (streamed, first, rest) = streaming {
+            spooled = streamed.spooled
+            async let filled: Void = streamed.run(rest, first: first, limit: limit)
             outcome = await exchange(spooled, through: manager)
+            streamed.exchanged(outcome)
             // The client's body first: when it broke off, that explains the exchange's failure.
             do { try await filled } catch {
                 spooled.remove()
