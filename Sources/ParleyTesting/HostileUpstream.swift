@@ -64,6 +64,10 @@ public struct HostileReply: Sendable {
 public struct HostileAnswer: Sendable {
     public var replies: [HostileReply]
     public var withoutAuthorization: HostileReply?
+    /// The reply goes out as soon as the request head is in, written whole (a blocking write,
+    /// as a thread-per-connection server does) before the body is read: a full-duplex server
+    /// that reads on only once its answer has been taken. The request is recorded without a body.
+    public var answersBeforeBody = false
 
     public init(replies: [HostileReply], withoutAuthorization: HostileReply? = nil) {
         self.replies = replies.isEmpty ? [HostileReply(bytes: [], ending: .close)] : replies
@@ -325,6 +329,21 @@ public final class HostileUpstream: Sendable {
         if header("expect")?.lowercased() == "100-continue" {
             guard sendAll(fd, Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) else { return }
         }
+        if answersBeforeBody(target) {
+            let reply = choose(HostileRequest(method: method, target: target, headers: headers, body: []), authorized: header("authorization") != nil)
+            guard sendAll(fd, reply.bytes) else { return }
+            if let declared = header("content-length").flatMap({ Int($0) }) {
+                var left = declared - (received.count - headEnd - 4)
+                while left > 0 {
+                    guard case .readable = waitReadable(fd, milliseconds: remainingMilliseconds()) else { return }
+                    let n = read(fd, &buffer, min(buffer.count, left))
+                    if n <= 0 { return }
+                    left -= n
+                }
+            }
+            shutdown(fd, Int32(SHUT_WR))
+            return
+        }
         // A Content-Length body.
         var body = Array(received[(headEnd + 4)...])
         if let declared = header("content-length").flatMap({ Int($0) }), declared > 0 {
@@ -373,11 +392,19 @@ public final class HostileUpstream: Sendable {
         }
     }
 
+    /// The case a target names, if any.
+    private func caseName(_ target: String) -> String? {
+        let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        guard path.hasPrefix(Self.prefix) else { return nil }
+        return String(path.dropFirst(Self.prefix.count).prefix { $0 != "/" })
+    }
+
+    private func answersBeforeBody(_ target: String) -> Bool {
+        caseName(target).flatMap { cases[$0] }?.answersBeforeBody ?? false
+    }
+
     private func choose(_ request: HostileRequest, authorized: Bool) -> HostileReply {
-        let path = request.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-        guard path.hasPrefix(Self.prefix) else { return Self.notFound }
-        let name = String(path.dropFirst(Self.prefix.count).prefix { $0 != "/" })
-        guard let answer = cases[name] else { return Self.notFound }
+        guard let name = caseName(request.target), let answer = cases[name] else { return Self.notFound }
         return state.withLock { state -> HostileReply in
             state.requests[name, default: []].append(request)
             if !authorized, let unauthorized = answer.withoutAuthorization { return unauthorized }

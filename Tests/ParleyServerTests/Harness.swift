@@ -109,17 +109,22 @@ func withLiveParley<T: Sendable>(
         try FileManager.default.createDirectory(atPath: spool, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: spool) }
         let destinations = try await setUp(simulatorPort).map { try $0.validated() }
-        let transport = CurlTransport(logger: logger)
-        defer { transport.shutdown() }
-
-        var instances: [(PostgresStore, any ApplicationProtocol, AsyncStream<Int>)] = []
-        for _ in 0..<options.instances {
-            let port = try options.port ?? (options.fixedPorts ? FreePort.find() : 0)
+        func configuration(port: Int) throws -> ParleyConfiguration {
             var configuration = ParleyConfiguration(
                 server: .init(port: port), database: .init(url: databaseURL),
                 keys: .init(keyRing: testKeyRing(), adminTokens: ["admin-token-0123456789-0123456789abcdefghijk"]), destinations: destinations,
                 bodies: .init(memoryBytes: 64 * 1024, spoolDirectory: spool))
             adjust(&configuration)
+            return configuration
+        }
+        // One transport for every instance, as `adjust` sets it.
+        let transport = CurlTransport(configuration: try configuration(port: 0).transport, logger: logger)
+        defer { transport.shutdown() }
+
+        var instances: [(PostgresStore, any ApplicationProtocol, AsyncStream<Int>)] = []
+        for _ in 0..<options.instances {
+            let port = try options.port ?? (options.fixedPorts ? FreePort.find() : 0)
+            let configuration = try configuration(port: port)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
             let (ports, continuation) = AsyncStream<Int>.makeStream()
             let app = buildApplication(

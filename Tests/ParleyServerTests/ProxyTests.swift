@@ -208,6 +208,49 @@ import Testing
         }
     }
 
+    /// The cost of a body that passes through: the answer goes back once the client's body is
+    /// in. A full-duplex upstream that answers at once and reads the body only once its
+    /// answer (larger than the buffers between) has been taken: through the spool the
+    /// client's body arrives meanwhile and the whole answer comes back; through the pipe the
+    /// transfer stalls, ends at the paused-transfer deadline, and the answer is cut short.
+    @Test(arguments: ["sim", "plain"])
+    func aFullDuplexUpstreamStallsAPipedBodyUntilThePausedDeadline(destination: String) async throws {
+        var duplex = HostileAnswer(.response(headers: [("Content-Type", "application/octet-stream")], body: [UInt8](repeating: 0x61, count: 32 << 20)))
+        duplex.answersBeforeBody = true
+        let upstream = try HostileUpstream(cases: ["duplex": duplex])
+        defer { upstream.stop() }
+        try await withLiveParley(
+            destinations: { _ in
+                [DestinationSpec(name: "sim", url: "http://127.0.0.1:\(upstream.port)", basic: .init()),
+                 DestinationSpec(name: "plain", url: "http://127.0.0.1:\(upstream.port)")]
+            },
+            adjust: { $0.transport.pausedTransferDeadline = .seconds(2) }
+        ) { live in
+            let (_, token) = try await live.register(destination, credentials: destination == "sim")
+            let body = [UInt8](repeating: 6, count: 32 << 20)
+            let started = ContinuousClock.now
+            let outcome: Result<RawHTTPResponse, any Error>
+            do {
+                outcome = .success(try await live.request("PUT", "/v1/proxy/case/duplex", token: token, body: body))
+            } catch {
+                outcome = .failure(error)
+            }
+            let took = ContinuousClock.now - started
+            if destination == "sim" {
+                let response = try outcome.get()
+                #expect(response.status == 200)
+                #expect(response.body.count == 32 << 20, "the whole answer, through the spool")
+            } else {
+                if case .success(let response) = outcome {
+                    #expect(response.body.count < 32 << 20, "the answer was cut short: \(response.status), \(response.body.count) bytes")
+                }
+                #expect(took >= .seconds(2), "ended by the paused-transfer deadline, after \(took)")
+                #expect(took < .seconds(30), "and not later: \(took)")
+            }
+            #expect(upstream.count("duplex") == 1)
+        }
+    }
+
     static let plainAndBasic: @Sendable (String) -> [DestinationSpec] = { url in
         [DestinationSpec(name: "sim", url: url, basic: .init()), DestinationSpec(name: "plain", url: url)]
     }
