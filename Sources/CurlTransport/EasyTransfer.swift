@@ -191,14 +191,15 @@ final class EasyTransfer {
                 throw TransportError(.invalidRequest, detail: "\(request.host): request body file cannot be opened")
             }
             uploadFile = file  // its descriptor is owned by the BodyFile, which `request` keeps alive
-            // A file body is large (a spooled upload): curl reads and sends it in 256 KiB
-            // instead of its default 64 KiB, a quarter of the reads and sends per GiB.
-            try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 256 * 1024), "UPLOAD_BUFFERSIZE")
         case .pipe:
-            try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 256 * 1024), "UPLOAD_BUFFERSIZE")
             // A pipe cannot rewind, and curl rewinds a body to send it again when a reused
             // connection turns out to be closed: a new connection never needs that.
             try check(c_parley_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1), "FRESH_CONNECT")
+        }
+        // A file or pipe body is large (an upload past the memory limit): curl reads and sends
+        // it in 256 KiB instead of its default 64 KiB, a quarter of the reads and sends per GiB.
+        if uploadFile != nil || uploadPipe != nil {
+            try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD_BUFFERSIZE, 256 * 1024), "UPLOAD_BUFFERSIZE")
         }
         try check(c_parley_easy_setopt_long(h, CURLOPT_UPLOAD, 1), "UPLOAD")
         // -1: the size is unknown, and curl sends the body with chunked coding (HTTP/1.1).
