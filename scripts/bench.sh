@@ -675,19 +675,19 @@ read -r ngdl_code ngdl_bytes ngdl_seconds ngdl_speed < <(curl -s -o /dev/null \
   -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n' "http://127.0.0.1:$nginx_port/files/big?mb=$download_mib")
 [ "$ngdl_code" = "200" ] || die "the download through nginx answered $ngdl_code"
 
-# spool_seconds — Parley's running total of seconds spent writing request bodies into spool
-# files (/metrics). Read around each upload through Parley, so that a slow upload can be told
-# from a slow spool (the page cache; on a virtual machine whose host takes freed memory back,
-# fresh memory costs a fault on the host).
-spool_seconds() {
-  curl -s -f "http://127.0.0.1:$parley_port/metrics" | awk '$1 == "parley_spool_write_seconds" { print $2; found = 1 } END { if (!found) print "nan" }'
+# parley_metric NAME — the value of one unlabelled series on Parley's /metrics ("nan" when absent).
+parley_metric() {
+  curl -s -f "http://127.0.0.1:$parley_port/metrics" | awk -v name="$1" '$1 == name { print $2; found = 1 } END { if (!found) print "nan" }'
 }
+# spool_seconds — Parley's running total of seconds spent writing request bodies into spool
+# files. Read around each upload through Parley, so that a slow upload can be told from a
+# slow spool (the page cache; on a virtual machine whose host takes freed memory back, fresh
+# memory costs a fault on the host).
+spool_seconds() { parley_metric parley_spool_write_seconds; }
 # spool_mibps BEFORE AFTER — the upload's size over the spool's write seconds between two readings.
 spool_mibps() { awk -v a="$1" -v b="$2" -v m="$download_mib" 'BEGIN { printf "%.0f", (b - a > 0 ? m / (b - a) : 0) }'; }
-# spooled_bytes — Parley's running total of bytes written into spool files (/metrics).
-spooled_bytes() {
-  curl -s -f "http://127.0.0.1:$parley_port/metrics" | awk '$1 == "parley_spool_written_bytes" { printf "%.0f\n", $2; found = 1 } END { if (!found) print "nan" }'
-}
+# spooled_bytes — Parley's running total of bytes written into spool files.
+spooled_bytes() { parley_metric parley_spool_written_bytes; }
 
 # ---------------------------------------------------------------- memory during a big upload
 # PUT of a ${download_mib} MiB file to the simulator's echo (which hashes the body), through
