@@ -220,10 +220,7 @@ import Testing
         let upstream = try HostileUpstream(cases: ["duplex": duplex])
         defer { upstream.stop() }
         try await withLiveParley(
-            destinations: { _ in
-                [DestinationSpec(name: "sim", url: "http://127.0.0.1:\(upstream.port)", basic: .init()),
-                 DestinationSpec(name: "plain", url: "http://127.0.0.1:\(upstream.port)")]
-            },
+            destinations: { _ in Self.plainAndBasic("http://127.0.0.1:\(upstream.port)") },
             adjust: { $0.transport.pausedTransferDeadline = .seconds(2) }
         ) { live in
             let (_, token) = try await live.register(destination, credentials: destination == "sim")
