@@ -223,7 +223,9 @@ if [ -z "${PARLEY_DESTINATIONS:-}" ]; then
   cat >"$state/destinations.yaml" <<YAML
 # Written by scripts/run.sh for the simulator on port $sim_port (docs/api.md, "Destinations file").
 # Whose identity tokens a registration may carry: the simulator's demo identity provider
-# (POST $sim/control/identity-token mints one).
+# (POST $sim/control/identity-token mints one). With a provider listed, a destination where a
+# person signs in requires a verified user unless it says identity: optional; the demo's
+# sign-in destinations say so, so that the walk-through needs no token (Parley warns at start).
 identityProviders:
   - issuer: $sim
     jwksUri: $sim/idp/jwks
@@ -248,6 +250,7 @@ destinations:
   # simulator's id_token says who (issuer and jwksUri), and binds the registration to them.
   - name: demo-oauth
     url: $sim/oauth-api
+    registration: { identity: optional }
     oauth2:
       grant: authorization_code
       authorizationEndpoint: $sim/oauth/authorize
@@ -259,15 +262,18 @@ destinations:
   # SAML2: the simulator's service provider, signed in at its identity provider.
   - name: demo-saml
     url: $sim/sp
+    registration: { identity: optional }
     saml2: {}
   # Basic, then a one-time passcode typed in a browser.
   - name: demo-otp
     url: $sim/basic-otp
+    registration: { identity: optional }
     basic: {}
     otp: {}
   # Basic typed by a person on Parley's own credentials form: the registration holds none.
   - name: demo-form
     url: $sim
+    registration: { identity: optional }
     displayName: Demo SMP
     # How Parley's pages look for it (a PNG or JPEG logo file may be named too: branding.logo).
     branding: { accent: "#00796b" }

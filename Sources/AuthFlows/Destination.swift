@@ -27,12 +27,20 @@ public struct Destination: Sendable {
     public let oauth2: OAuth2Settings?
     /// Who may register.
     public let registrationPolicy: RegistrationPolicy
-    /// Whether a registration must carry a valid identity token (`registration: {identity: required}`);
-    /// one without is `403 forbidden`.
+    /// Whether a registration must carry a valid identity token (`registration: {identity: required}`,
+    /// the default on a destination with an interactive sign-in when the file lists identity
+    /// providers); one without is `403 forbidden`.
     public let identityRequired: Bool
+    /// Whether `registration: {identity: optional}` was written out on a destination with an
+    /// interactive sign-in: a registration without a verified user can start a flow (warned at start).
+    public let identityOptionalWithSignIn: Bool
     /// The claim of the registration's identity token that a flow's signed-in identity is compared
-    /// with, case-insensitively (`identity: {match: …}`, default `sub`).
+    /// with, exactly but for ASCII case (`identity: {match: …}`, default `sub`).
     public let identityMatchClaim: String
+    /// The issuers of the identity providers whose users this destination accepts
+    /// (`identity: {providers: […]}`); nil: every provider the file lists (a file that lists more
+    /// than one must name them on every destination that uses identity).
+    public let identityProviders: [String]?
     /// Whether an agent's JWT access token creates its (user, client) registration on first use
     /// (`registration: {implicit: true}`).
     public let implicitRegistrations: Bool
@@ -90,7 +98,9 @@ public struct Destination: Sendable {
         registrationPolicy = policy
         self.webhooks = webhooks
         identityRequired = spec.registration?.identity == "required"
+        identityOptionalWithSignIn = spec.registration?.identity == "optional" && spec.hasInteractiveSignIn
         identityMatchClaim = spec.identity?.match ?? "sub"
+        identityProviders = spec.identity?.providers
         implicitRegistrations = spec.registration?.implicit ?? false
         agentScopes = spec.registration?.scopes ?? []
         name = spec.name
@@ -111,7 +121,7 @@ public struct Destination: Sendable {
         propagateTraceContext = spec.propagateTraceContext ?? false
         stepUpRules = (spec.stepUp ?? []).map {
             StepUpRule(
-                methods: Set(($0.methods ?? []).map { $0.uppercased() }), pathPrefix: $0.pathPrefix.lowercased(),
+                methods: Set(($0.methods ?? []).map { $0.uppercased() }), pathPrefix: $0.pathPrefix,
                 maxAge: .milliseconds(Int64(($0.maxAgeSeconds * 1000).rounded())))
         }
     }
@@ -121,28 +131,67 @@ public struct Destination: Sendable {
     public func stepUpRule(method: String, path: String) -> StepUpRule? {
         stepUpRules.first { $0.covers(method: method, path: path) }
     }
+
+    /// Whether this destination takes a user of `issuer` (one of its `identity.providers`, or
+    /// any listed provider where it names none).
+    public func acceptsIdentity(of issuer: String) -> Bool {
+        identityProviders?.contains(issuer) ?? true
+    }
 }
 
 /// A call that needs a recent interactive sign-in: its methods (empty: all) and path prefix,
-/// and how old the registration's last sign-in may be.
+/// and how old the registration's last sign-in may be. A rule covers the operation, not one
+/// spelling of it: paths are compared in their canonical form (`canonicalPath`), and an OData
+/// `$batch` is covered when the rule covers anything under its service root.
 public struct StepUpRule: Sendable, Equatable {
     public let methods: Set<String>
-    /// Lower-cased: paths are compared without case, so `/API/Pay` cannot pass for `/api/pay`
-    /// on an upstream that does not care (SAP's ICF does not).
+    /// Canonical (`canonicalPath`): so `/API/Pay` or `/api;v=1/pay` cannot pass for `/api/pay` on an
+    /// upstream that does not care (SAP's ICF and servlet containers do not).
     public let pathPrefix: String
     public let maxAge: Duration
 
+    public init(methods: Set<String>, pathPrefix: String, maxAge: Duration) {
+        self.methods = methods
+        self.pathPrefix = Self.canonicalPath(pathPrefix)
+        self.maxAge = maxAge
+    }
+
+    /// The path as the upstream's dispatcher reads it: the query dropped, each segment
+    /// percent-decoded, its `;`-parameters removed (`/api;v=1/pay` → `/api/pay`) and SAP ICF's
+    /// `(…)` suffix removed (`/sap(bD1lbg==)/opu` → `/sap/opu`), ASCII letters lower-cased.
+    public static func canonicalPath(_ path: String) -> String {
+        let beforeQuery = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let segments = beforeQuery.split(separator: "/", omittingEmptySubsequences: false).map { raw -> String in
+            let decoded = PercentEncoding.decode(raw).map { String(decoding: $0, as: UTF8.self) } ?? String(raw)
+            var segment = Substring(decoded)
+            if let semicolon = segment.firstIndex(of: ";") { segment = segment[..<semicolon] }
+            if segment.hasSuffix(")"), let open = segment.firstIndex(of: "("), open > segment.startIndex { segment = segment[..<open] }
+            return String(decoding: segment.utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+        }
+        return segments.joined(separator: "/")
+    }
+
     /// Whether the rule covers `method` on `path` (what follows the destination URL, query
-    /// included): the prefix ends at a segment boundary (`/api/pay` covers `/api/pay`,
-    /// `/api/pay/1`, `/api/pay?x` and `/api/pay;p` (a path parameter servlet containers drop),
-    /// not `/api/payroll`).
+    /// included): the canonical prefix ends at a segment boundary (`/api/pay` covers `/api/pay`,
+    /// `/api/pay/1` and `/api;v=1/pay`, not `/api/payroll`). A `POST …/$batch` is covered, whatever
+    /// the rule's methods, when the rule covers its service root or anything under it: a batch
+    /// carries any operation of its service.
     public func covers(method: String, path: String) -> Bool {
+        let canonical = Self.canonicalPath(path)
+        if method.uppercased() == "POST", canonical.hasSuffix("/$batch") {
+            let root = String(canonical.dropLast("/$batch".count))
+            if Self.isUnder(root, pathPrefix) || Self.isUnder(pathPrefix, root) { return true }
+        }
         guard methods.isEmpty || methods.contains(method.uppercased()) else { return false }
-        let lowered = path.lowercased()
-        guard lowered.hasPrefix(pathPrefix) else { return false }
-        if pathPrefix.hasSuffix("/") { return true }
-        let rest = lowered.dropFirst(pathPrefix.count)
-        return rest.isEmpty || rest.first == "/" || rest.first == "?" || rest.first == ";"
+        return Self.isUnder(canonical, pathPrefix)
+    }
+
+    /// Whether `path` is `prefix` or below it, at a segment boundary.
+    private static func isUnder(_ path: String, _ prefix: String) -> Bool {
+        guard path.hasPrefix(prefix) else { return false }
+        if prefix.hasSuffix("/") { return true }
+        let rest = path.dropFirst(prefix.count)
+        return rest.isEmpty || rest.first == "/"
     }
 }
 
@@ -281,7 +330,39 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
     public struct Identity: Sendable, Decodable, Equatable {
         /// The claim compared with a flow's signed-in identity (default `sub`).
         public var match: String?
-        public init(match: String? = nil) { self.match = match }
+        /// The issuers (of the file's `identityProviders`) whose users this destination accepts.
+        public var providers: [String]?
+        public init(match: String? = nil, providers: [String]? = nil) {
+            self.match = match
+            self.providers = providers
+        }
+    }
+
+    /// Whether a person signs in for this destination's registrations in a browser: an OAuth2
+    /// authorization code, SAML2, OTP, or Basic with a hosted form.
+    public var hasInteractiveSignIn: Bool {
+        oauth2.map { ($0.grant ?? "authorization_code") == "authorization_code" } == true || saml2 != nil || otp != nil
+            || basic?.form == true
+    }
+
+    /// Whether this destination holds its users to an identity: it requires one, takes agents,
+    /// speaks for the user (a propagation grant), compares sign-ins by a named claim, or lets a
+    /// person sign in (whose sign-in is compared with a verified user's).
+    var usesIdentity: Bool {
+        registration?.identity == "required" || registration?.implicit == true || identity?.match != nil
+            || identity?.providers != nil || hasInteractiveSignIn
+            || ["token_exchange", "jwt_bearer", "saml2_bearer"].contains(oauth2?.grant ?? "")
+    }
+
+    /// Whether a grant of this destination sends an assertion Parley signs with the user's name in
+    /// it: `jwt_bearer` with `assertion: parley`, `saml2_bearer`, or `token_exchange` for agents.
+    var signsAssertionsForUsers: Bool {
+        switch oauth2?.grant {
+        case "jwt_bearer": oauth2?.assertion == "parley" || registration?.implicit == true
+        case "saml2_bearer": true
+        case "token_exchange": registration?.implicit == true
+        default: false
+        }
     }
 
     public struct SMP: Sendable, Decodable, Equatable {
@@ -450,10 +531,46 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         public var description: String { problems.joined(separator: "; ") }
     }
 
-    /// The checked destination, or every problem with this entry.
-    public func validated() throws(Invalid) -> Destination {
+    /// The checked destination, or every problem with this entry. `listedProviders`: the issuers
+    /// of the file's `identityProviders`. When there are any, `registration.identity` defaults to
+    /// `required` on a destination with an interactive sign-in (consent phishing: without a
+    /// verified user, whoever finishes the flow would become the registration's user), and a
+    /// destination that uses identity must name its `identity.providers` when there is more than one.
+    public func validated(listedProviders: [String] = []) throws(Invalid) -> Destination {
         var problems: [String] = []
         let label = "destination '\(name)'"
+        var spec = self
+        let defaulted = !listedProviders.isEmpty && registration?.identity == nil && hasInteractiveSignIn
+        if defaulted {
+            spec.registration = spec.registration ?? Registration()
+            spec.registration?.identity = "required"
+        }
+        if !listedProviders.isEmpty {
+            for issuer in identity?.providers ?? [] where !listedProviders.contains(issuer) {
+                problems.append("\(label): identity.providers names '\(issuer.prefix(200))', which the file's identityProviders do not list")
+            }
+            if identity?.providers?.isEmpty == true {
+                problems.append("\(label): identity.providers must name at least one of the file's identityProviders")
+            }
+            if Set(listedProviders).count > 1, identity?.providers == nil, spec.usesIdentity {
+                problems.append(
+                    "\(label): the file lists \(Set(listedProviders).count) identity providers, so a destination that uses identity must say whose users it takes (identity: {providers: [<issuer>, …]}); two providers' users with the same name are not the same person"
+                )
+            }
+            let accepted = identity?.providers ?? listedProviders
+            if spec.signsAssertionsForUsers, accepted.count > 1 {
+                problems.append(
+                    "\(label): Parley signs assertions naming the user for this destination, and an assertion carries the user's name only, so it may take the users of one identity provider (identity.providers)"
+                )
+            }
+        } else if identity?.providers != nil {
+            problems.append("\(label): identity.providers names identity providers, but the file lists no identityProviders")
+        }
+        return try spec.checked(label: label, problems: problems, defaulted: defaulted)
+    }
+
+    private func checked(label: String, problems found: [String], defaulted: Bool) throws(Invalid) -> Destination {
+        var problems = found
         if name.isEmpty || !name.utf8.allSatisfy(isNameByte) {
             problems.append("\(label): name must be letters, digits, '-', '_' or '.'")
         }
@@ -538,12 +655,27 @@ public struct DestinationSpec: Sendable, Decodable, Equatable {
         // A destination whose sign-ins cannot say who signed in cannot require a known user:
         // its flows could not be held to it.
         if registration?.identity == "required" {
+            let why = defaulted
+                ? "registration.identity is required (the default where the file lists identityProviders; write registration: {identity: optional} to let unverified users sign in)"
+                : "registration.identity is required"
             if saml2 != nil && (saml2?.idpCertificates ?? []).isEmpty {
-                problems.append("\(label): registration.identity is required, but saml2 sign-ins name nobody without saml2.idpCertificates")
+                problems.append("\(label): \(why), but saml2 sign-ins name nobody without saml2.idpCertificates")
             }
             if let settings, settings.grant == .authorizationCode, !settings.yieldsIdentity {
+                problems.append("\(label): \(why), but oauth2 sign-ins name nobody without oauth2.jwksUri or oauth2.userinfoEndpoint")
+            }
+        }
+        // A sign-in vouched for by an issuer that is none of the listed providers (a SAML IdP, the
+        // upstream for Basic, an authorization server of its own) can be held to a verified user
+        // only when the destination takes the users of one provider: the name alone cannot say whose.
+        if let providers = identity?.providers, providers.count > 1 {
+            if saml2 != nil || basic?.form == true {
                 problems.append(
-                    "\(label): registration.identity is required, but oauth2 sign-ins name nobody without oauth2.jwksUri or oauth2.userinfoEndpoint")
+                    "\(label): identity.providers names \(providers.count) providers, but a saml2 or Basic-form sign-in names a user without saying which provider's; name one")
+            }
+            if let settings, settings.grant == .authorizationCode, !providers.contains(settings.identityIssuer) {
+                problems.append(
+                    "\(label): identity.providers names \(providers.count) providers, but oauth2 sign-ins are vouched for by '\(settings.identityIssuer.prefix(200))', none of them; name one")
             }
         }
         if registration?.implicit == true {

@@ -70,9 +70,10 @@ public enum DestinationsDocument {
     public static func validate(_ contents: Contents) throws(DestinationSpec.Invalid) -> Checked {
         var problems: [String] = []
         var destinations: [Destination] = []
-        do { destinations = try validate(contents.destinations) } catch { problems += error.problems }
-        var providers: [IdentityProvider] = []
         let specs = contents.identityProviders ?? []
+        let issuers = specs.map(\.issuer).filter { !$0.isEmpty }
+        do { destinations = try validate(contents.destinations, listedProviders: issuers) } catch { problems += error.problems }
+        var providers: [IdentityProvider] = []
         for (position, spec) in specs.enumerated() {
             do { providers.append(try spec.validated(position: position)) } catch { problems += error.problems }
         }
@@ -82,8 +83,8 @@ public enum DestinationsDocument {
             problems += found
             if let subscription { webhooks.append(subscription) }
         }
-        var issuers: Set<String> = []
-        for spec in specs where !spec.issuer.isEmpty && !issuers.insert(spec.issuer).inserted {
+        var seen: Set<String> = []
+        for spec in specs where !spec.issuer.isEmpty && !seen.insert(spec.issuer).inserted {
             problems.append("identity provider '\(spec.issuer.prefix(200))' is listed twice")
         }
         if specs.isEmpty {
@@ -104,11 +105,12 @@ public enum DestinationsDocument {
     }
 
     /// Every entry checked, and names unique; every problem of every entry otherwise.
-    public static func validate(_ specs: [DestinationSpec]) throws(DestinationSpec.Invalid) -> [Destination] {
+    /// `listedProviders`: the issuers of the file's identity providers (`DestinationSpec.validated`).
+    public static func validate(_ specs: [DestinationSpec], listedProviders: [String] = []) throws(DestinationSpec.Invalid) -> [Destination] {
         var destinations: [Destination] = []
         var problems: [String] = []
         for spec in specs {
-            do { destinations.append(try spec.validated()) } catch { problems += error.problems }
+            do { destinations.append(try spec.validated(listedProviders: listedProviders)) } catch { problems += error.problems }
         }
         var seen: [String: Int] = [:]
         for spec in specs { seen[spec.name, default: 0] += 1 }

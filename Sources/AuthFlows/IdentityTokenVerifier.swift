@@ -16,12 +16,33 @@ public struct VerifiedIdentity: Sendable, Equatable {
     public let claims: [String: String]
     /// The token's `exp`.
     public let expiresAt: Date?
+    /// The token's `iat`: what a revocation's not-before is compared with.
+    public let issuedAt: Date?
+    /// OpenID Connect's `auth_time`: when the person last authenticated at the provider.
+    public let authTime: Date?
+    /// Whether the token says its `email` is verified (`email_verified: true`; the string
+    /// `"true"`, as some providers write it, counts too).
+    public let emailVerified: Bool
 
-    public init(issuer: String, subject: String, claims: [String: String], expiresAt: Date? = nil) {
+    public init(
+        issuer: String, subject: String, claims: [String: String], expiresAt: Date? = nil, issuedAt: Date? = nil, authTime: Date? = nil,
+        emailVerified: Bool = false
+    ) {
         self.issuer = issuer
         self.subject = subject
         self.claims = claims
         self.expiresAt = expiresAt
+        self.issuedAt = issuedAt
+        self.authTime = authTime
+        self.emailVerified = emailVerified
+    }
+
+    /// The value of the claim a destination compares sign-ins with (`identity.match`): nil when
+    /// the token has none, and for `email` unless the token says it is verified.
+    public func matchValue(claim: String) -> String? {
+        guard let value = claims[claim], !value.isEmpty else { return nil }
+        if claim == "email" && !emailVerified { return nil }
+        return value
     }
 }
 
@@ -68,6 +89,10 @@ public struct IdentityTokenError: Error, Sendable, Equatable, CustomStringConver
         case missingClaim = "missing_claim"
         /// An access token whose `typ` is not `at+jwt` (RFC 9068), e.g. an ID token.
         case tokenType = "token_type"
+        /// Issued (`iat`) before a revocation of its user or client (a not-before), or without `iat` where one applies.
+        case revoked
+        /// From an identity provider the destination does not take (`identity.providers`).
+        case providerNotAccepted = "provider_not_accepted"
     }
 
     public let check: Check
@@ -164,6 +189,33 @@ public final class IdentityTokenVerifier: Sendable {
         return AccessTokenIdentity(identity: identity, client: client, actor: actor, scopes: scopes)
     }
 
+    /// The `events` member that makes a JWT an OpenID Connect Back-Channel Logout token.
+    public static let backChannelLogoutEvent = "http://schemas.openid.net/event/backchannel-logout"
+
+    /// An OpenID Connect Back-Channel Logout token (§2.4, §2.6): signed by a listed provider, for
+    /// one of its audiences, with `iat`, `jti`, `sub`, an `events` object holding the logout
+    /// event, and no `nonce` (so that an ID token cannot pass for one). Returns who is logged out
+    /// and the token's `jti` (for replay detection, with its `exp`).
+    public func verifyLogoutToken(_ token: String) async throws(IdentityTokenError) -> (identity: VerifiedIdentity, jti: String) {
+        let (parsed, provider) = try await verifiedSignature(token)
+        let identity = try check(parsed.claims, provider: provider)
+        guard case .object(let events)? = parsed.claims["events"], events[Self.backChannelLogoutEvent] != nil else {
+            throw IdentityTokenError(.missingClaim, "the logout token's 'events' does not hold the back-channel logout event")
+        }
+        guard parsed.claims["nonce"] == nil else {
+            throw IdentityTokenError(.tokenType, "a logout token carries no 'nonce' (this looks like an ID token)")
+        }
+        guard identity.issuedAt != nil else { throw IdentityTokenError(.missingClaim, "the logout token has no numeric 'iat'") }
+        guard let jti = parsed.claims["jti"]?.string, !jti.isEmpty, jti.utf8.count <= 256 else {
+            throw IdentityTokenError(.missingClaim, "the logout token has no string 'jti' of 1 to 256 bytes")
+        }
+        // Parley ends a user's sessions, not one session: the user must be named.
+        guard parsed.claims["sub"]?.string?.isEmpty == false else {
+            throw IdentityTokenError(.missingClaim, "the logout token names no user ('sub'); Parley does not end sessions by 'sid' alone")
+        }
+        return (identity, jti)
+    }
+
     /// The parsed token and its provider, once its algorithm is accepted and its signature
     /// verifies with a key the provider publishes.
     private func verifiedSignature(_ token: String) async throws(IdentityTokenError) -> (ParsedToken, IdentityProvider) {
@@ -231,7 +283,14 @@ public final class IdentityTokenVerifier: Sendable {
         }
         var strings: [String: String] = [:]
         for (name, value) in claims { if let string = value.string { strings[name] = string } }
-        return VerifiedIdentity(issuer: provider.issuer, subject: subject, claims: strings, expiresAt: Date(timeIntervalSince1970: expiry))
+        func time(_ name: String) -> Date? {
+            guard case .number(let seconds)? = claims[name], seconds.isFinite else { return nil }
+            return Date(timeIntervalSince1970: seconds)
+        }
+        let emailVerified = claims["email_verified"] == .bool(true) || claims["email_verified"] == .string("true")
+        return VerifiedIdentity(
+            issuer: provider.issuer, subject: subject, claims: strings, expiresAt: Date(timeIntervalSince1970: expiry), issuedAt: time("iat"),
+            authTime: time("auth_time"), emailVerified: emailVerified)
     }
 
     // MARK: keys

@@ -8,24 +8,44 @@ import ParleyEncoding
 /// client proved it with (kept sealed while a destination needs it, never logged, never sent
 /// anywhere but to the destination's authorization server), when it expires, and its claims.
 public struct PropagatedIdentity: Sendable, Codable, Equatable {
-    public var token: String
+    /// The client's identity token; nil for an agent, whose access token is Parley's alone and is
+    /// never kept or sent anywhere (Parley signs a token of its own for the user instead).
+    public var token: String?
     public var expiresAt: Date?
     public var issuer: String
     public var subject: String
     /// The token's string claims (what a destination's `subjectClaim` picks from).
     public var claims: [String: String]
+    /// The agent's OAuth client (`act.sub` of the token Parley signs for it); nil for a thin client.
+    public var agentClient: String?
+    /// When the user last authenticated at the identity provider (`auth_time`, else `iat`): what
+    /// Parley's own assertions say, never "now".
+    public var authenticatedAt: Date?
 
-    public init(token: String, expiresAt: Date?, issuer: String, subject: String, claims: [String: String]) {
+    public init(
+        token: String?, expiresAt: Date?, issuer: String, subject: String, claims: [String: String], agentClient: String? = nil,
+        authenticatedAt: Date? = nil
+    ) {
         self.token = token
         self.expiresAt = expiresAt
         self.issuer = issuer
         self.subject = subject
         self.claims = claims
+        self.agentClient = agentClient
+        self.authenticatedAt = authenticatedAt
     }
 
     public init(token: String, verified: VerifiedIdentity) {
         self.init(
-            token: token, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims)
+            token: token, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims,
+            authenticatedAt: verified.authTime ?? verified.issuedAt)
+    }
+
+    /// An agent's user, as its access token names it: the token itself is not kept.
+    public init(agent client: String, verified: VerifiedIdentity) {
+        self.init(
+            token: nil, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims,
+            agentClient: client, authenticatedAt: verified.authTime ?? verified.issuedAt)
     }
 
     /// Whether Parley may still speak for the user: the token has not expired.
@@ -161,15 +181,21 @@ public final class ParleySigningKeys: Sendable {
     /// The key that signs SAML assertions: the first with a certificate (the one the metadata publishes).
     var samlSigningEntry: Entry? { entries.first(where: { $0.certificateDER != nil }) }
 
-    /// A JWT bearer assertion (RFC 7523 §3) Parley signs for a user with its first key.
-    public func assertion(issuer: String, subject: String, audience: String, now: Date, lifetime: TimeInterval = 300) async throws -> String {
+    /// A JWT bearer assertion (RFC 7523 §3) Parley signs for a user with its first key; with
+    /// `actor`, the client acting for the user (RFC 8693 §4.1 `act`); `authenticatedAt`, when the
+    /// user last authenticated (`auth_time`: `iat` is when Parley signed, not when anyone signed in).
+    public func assertion(
+        issuer: String, subject: String, audience: String, now: Date, lifetime: TimeInterval = 300, actor: String? = nil,
+        authenticatedAt: Date? = nil
+    ) async throws -> String {
         // Whole seconds: a verifier that compares `nbf` with its integer clock (Authlib) refuses
         // an assertion whose `nbf` is a fraction of a second ahead of it.
         let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let claims = AssertionClaims(
             iss: IssuerClaim(value: issuer), sub: SubjectClaim(value: subject), aud: AudienceClaim(value: [audience]),
             iat: IssuedAtClaim(value: now), nbf: NotBeforeClaim(value: now), exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)),
-            jti: IDClaim(value: UUID().uuidString.lowercased()))
+            jti: IDClaim(value: UUID().uuidString.lowercased()), act: actor.map { Actor(sub: $0) },
+            auth_time: authenticatedAt.map { Int64($0.timeIntervalSince1970.rounded(.down)) })
         guard let signing = entries.first else { throw Problem(description: "no signing key") }
         let keys = JWTKeyCollection()
         let kid = JWKIdentifier(string: signing.kid)
@@ -199,8 +225,14 @@ public final class ParleySigningKeys: Sendable {
         let nbf: NotBeforeClaim
         let exp: ExpirationClaim
         let jti: IDClaim
+        let act: Actor?
+        let auth_time: Int64?
 
         func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    struct Actor: Codable, Sendable {
+        let sub: String
     }
 }
 
@@ -213,6 +245,8 @@ public struct SAMLAssertionRequest: Sendable {
     public let recipient: String
     /// Seconds since 1970.
     public let issuedAt: Int64
+    /// When the user last authenticated (`AuthnInstant`), seconds since 1970; nil: unknown (`issuedAt` then).
+    public let authnInstant: Int64?
     /// The signing key's PEM file (never logged or shown).
     public let privateKeyPEM: [UInt8]
     public let ecdsa: Bool
@@ -220,7 +254,7 @@ public struct SAMLAssertionRequest: Sendable {
 
 /// Signs a SAML assertion (libxmlsec1, in the SAMLIdentity target): handed in by the server,
 /// so that this target never loads libxml2's headers beside Foundation.
-public typealias SAMLAssertionSigning = @Sendable (SAMLAssertionRequest) throws -> [UInt8]
+public typealias SAMLAssertionSigning = @Sendable (SAMLAssertionRequest) async throws -> [UInt8]
 
 /// What a propagation grant sends to the token endpoint for a user.
 enum PropagationGrant {
@@ -238,11 +272,36 @@ enum PropagationGrant {
                 detail: "the registration's identity token has expired; renew it with PUT /v1/registrations/me/identity and try again")
         }
         var parameters: [(String, String)]
+        /// An agent's user, as Parley vouches for them: its own JWT (`iss` Parley, `sub` the user,
+        /// `act` the agent's client), since the agent's token goes nowhere (RFC 8693 §4.1).
+        func agentAssertion(_ client: String) async throws -> String {
+            guard let signer else {
+                throw OAuth2Error(.refused, detail: "Parley has no signing key (PARLEY_SIGNING_KEYS) to speak for an agent's user")
+            }
+            guard let subject = identity.claims[propagation.subjectClaim], !subject.isEmpty else {
+                throw OAuth2Error(
+                    .refused, detail: "the access token has no string '\(propagation.subjectClaim.prefix(200))' claim for the subject token's subject")
+            }
+            return try await signer.assertion(
+                issuer: issuer, subject: subject, audience: propagation.assertionAudience, now: now, actor: client,
+                authenticatedAt: identity.authenticatedAt)
+        }
         switch grant {
         case .tokenExchange:
+            let subjectToken: String
+            let subjectTokenType: String
+            if let client = identity.agentClient {
+                subjectToken = try await agentAssertion(client)
+                subjectTokenType = OAuth2Settings.Propagation.subjectTokenTypes["jwt"] ?? "urn:ietf:params:oauth:token-type:jwt"
+            } else if let token = identity.token {
+                subjectToken = token
+                subjectTokenType = propagation.subjectTokenType
+            } else {
+                throw OAuth2Error(.identityTokenExpired, detail: "this registration holds no identity token; renew it with PUT /v1/registrations/me/identity")
+            }
             parameters = [
-                ("grant_type", OAuth2Settings.Propagation.tokenExchangeGrantType), ("subject_token", identity.token),
-                ("subject_token_type", propagation.subjectTokenType),
+                ("grant_type", OAuth2Settings.Propagation.tokenExchangeGrantType), ("subject_token", subjectToken),
+                ("subject_token_type", subjectTokenType),
             ]
             if let audience = propagation.audience { parameters.append(("audience", audience)) }
             if let resource = propagation.resource { parameters.append(("resource", resource)) }
@@ -261,10 +320,11 @@ enum PropagationGrant {
             guard let samlSigner else { throw OAuth2Error(.refused, detail: "Parley cannot sign SAML assertions in this process") }
             let xml: [UInt8]
             do {
-                xml = try samlSigner(
+                xml = try await samlSigner(
                     SAMLAssertionRequest(
                         issuer: issuer, nameID: nameID, nameIDFormat: propagation.nameIdFormat, audience: propagation.samlAudience,
                         recipient: propagation.assertionAudience, issuedAt: Int64(now.timeIntervalSince1970.rounded(.down)),
+                        authnInstant: identity.authenticatedAt.map { Int64($0.timeIntervalSince1970.rounded(.down)) },
                         privateKeyPEM: key.pem, ecdsa: key.algorithm == .es256))
             } catch {
                 throw OAuth2Error(.refused, detail: "Parley could not sign its SAML assertion: \(error)")
@@ -274,7 +334,13 @@ enum PropagationGrant {
             let assertion: String
             switch propagation.assertion {
             case .identityToken:
-                assertion = identity.token
+                if let client = identity.agentClient {
+                    assertion = try await agentAssertion(client)
+                } else if let token = identity.token {
+                    assertion = token
+                } else {
+                    throw OAuth2Error(.identityTokenExpired, detail: "this registration holds no identity token; renew it with PUT /v1/registrations/me/identity")
+                }
             case .parley:
                 guard let signer else {
                     throw OAuth2Error(.refused, detail: "Parley has no signing key (PARLEY_SIGNING_KEYS) for its assertion")
@@ -283,7 +349,9 @@ enum PropagationGrant {
                     throw OAuth2Error(
                         .refused, detail: "the identity token has no string '\(propagation.subjectClaim.prefix(200))' claim for the assertion's subject")
                 }
-                assertion = try await signer.assertion(issuer: issuer, subject: subject, audience: propagation.assertionAudience, now: now)
+                assertion = try await signer.assertion(
+                    issuer: issuer, subject: subject, audience: propagation.assertionAudience, now: now, actor: identity.agentClient,
+                    authenticatedAt: identity.authenticatedAt)
             }
             parameters = [("grant_type", OAuth2Settings.Propagation.jwtBearerGrantType), ("assertion", assertion)]
         default:

@@ -65,6 +65,15 @@ public final class InMemoryRegistrations: RegistrationRepository {
     public func setSignedIn(id: UUID, at: Date) async throws { rows.withLock { $0[id]?.record.signedInAt = at } }
     public func setIdentityToken(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.identityTokenSealed = sealed } }
 
+    /// Forgets a registration's kept identity (a revocation); true when it had one.
+    public func clearIdentityToken(id: UUID) -> Bool {
+        rows.withLock { rows in
+            guard rows[id]?.record.identityTokenSealed != nil else { return false }
+            rows[id]?.record.identityTokenSealed = nil
+            return true
+        }
+    }
+
     public func setUser(id: UUID, user: RegistrationUser) async throws -> Bool {
         rows.withLock { rows in
             guard rows[id] != nil, rows[id]?.record.user == nil else { return false }
@@ -301,6 +310,7 @@ public final class InMemoryAdministration: AdministrationRepository {
         for record in named where cookies.jars.withLock({ $0.removeValue(forKey: record.idString)?.isEmpty == false }) {
             removed += 1
         }
+        for record in named { _ = registrations.clearIdentityToken(id: record.id) }
         return RevocationRemoval(removed: removed, registrations: named.map(\.id))
     }
 

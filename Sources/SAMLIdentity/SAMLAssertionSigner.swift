@@ -30,11 +30,14 @@ public enum SAMLAssertionSigner {
         /// libxml2's in one clang module set).
         public var issuedAt: Int64
         public var lifetime: Int64
+        /// When the user authenticated (`AuthnInstant`), seconds since 1970; nil: `issuedAt`.
+        public var authnInstant: Int64?
 
         public init(
             issuer: String, nameID: String, nameIDFormat: String, audience: String, recipient: String, issuedAt: Int64,
-            lifetime: Int64 = 300
+            lifetime: Int64 = 300, authnInstant: Int64? = nil
         ) {
+            self.authnInstant = authnInstant
             self.issuer = issuer
             self.nameID = nameID
             self.nameIDFormat = nameIDFormat
@@ -89,7 +92,7 @@ public enum SAMLAssertionSigner {
             <saml:SubjectConfirmationData NotOnOrAfter="\(until)" Recipient="\(XMLText.escaped(f.recipient))"/></saml:SubjectConfirmation></saml:Subject>\
             <saml:Conditions NotBefore="\(issued)" NotOnOrAfter="\(until)"><saml:AudienceRestriction>\
             <saml:Audience>\(XMLText.escaped(f.audience))</saml:Audience></saml:AudienceRestriction></saml:Conditions>\
-            <saml:AuthnStatement AuthnInstant="\(issued)"><saml:AuthnContext>\
+            <saml:AuthnStatement AuthnInstant="\(timestamp(f.authnInstant ?? f.issuedAt))"><saml:AuthnContext>\
             <saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:unspecified</saml:AuthnContextClassRef>\
             </saml:AuthnContext></saml:AuthnStatement></saml:Assertion>
             """

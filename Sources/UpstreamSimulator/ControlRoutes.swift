@@ -118,7 +118,7 @@ func addControlRoutes(to router: Router<BasicRequestContext>, configuration: Sim
         let body = try await SimHTTP.collect(request.body)
         guard let change = try? JSONDecoder().decode(SPSettingsChange.self, from: Data(body)) else {
             return SimHTTP.text(
-                #"expected JSON like {"binding":"postForm|redirect","identifyingHeader":true,"otp":"off|afterSAML","#
+                #"expected JSON like {"binding":"postForm|redirect","identifyingHeader":true,"otp":"off|afterSAML|forRegistration","#
                     + #""cookieScope":"mount|forwardedPrefix|forwardedPrefixSlash","cookieDomain":false}"#,
                 status: .badRequest)
         }

@@ -72,6 +72,8 @@ private struct AuthorizationRequest {
     /// OpenID Connect `prompt` values (`login`: show the login page despite a session; `none`:
     /// never show it).
     let prompt: Set<Substring>
+    /// OpenID Connect `max_age`: a login session older than this many seconds does not answer silently.
+    let maxAge: Int?
 }
 
 private enum AuthorizationCheck {
@@ -119,7 +121,7 @@ private func checkAuthorization(_ parameters: OAuthParameters, _ configuration: 
         AuthorizationRequest(
             client: client, redirectURI: redirectURI, redirectURIGiven: parameters["redirect_uri"] != nil,
             state: state, codeChallenge: challenge, scope: parameters["scope"], nonce: parameters["nonce"],
-            prompt: Set((parameters["prompt"] ?? "").split(separator: " "))))
+            prompt: Set((parameters["prompt"] ?? "").split(separator: " ")), maxAge: parameters["max_age"].flatMap { Int($0) }))
 }
 
 /// An authorization response: its parameters, and `iss` naming this server (RFC 9207), as
@@ -222,13 +224,13 @@ private func accessTokenJWT(
 
 /// A code for `subject`, answered to the client's redirect URI (`302`).
 private func issueCode(
-    _ authorization: AuthorizationRequest, subject: String, _ oauth: OAuthState, issuer: String, cookie: String? = nil
+    _ authorization: AuthorizationRequest, subject: String, authTime: Int, _ oauth: OAuthState, issuer: String, cookie: String? = nil
 ) -> Response {
     let code = oauth.issueCode(
         .init(
             grant: OAuthGrant(
                 clientID: authorization.client.id, subject: subject, scope: authorization.scope,
-                grantID: SecureRandom.token(byteCount: 12), nonce: authorization.nonce),
+                grantID: SecureRandom.token(byteCount: 12), nonce: authorization.nonce, authTime: authTime),
             redirectURI: authorization.redirectURIGiven ? authorization.redirectURI : nil,
             codeChallenge: authorization.codeChallenge,
             expires: .now.advanced(by: codeLifetime)
@@ -244,6 +246,7 @@ private func idToken(for grant: OAuthGrant, issuer: String, _ oauth: OAuthState)
     let now = Int(Date().timeIntervalSince1970)
     var claims: [String: Any] = ["iss": issuer, "sub": grant.subject, "aud": grant.clientID, "iat": now, "exp": now + idTokenLifetime]
     if let nonce = grant.nonce { claims["nonce"] = nonce }
+    if let authTime = grant.authTime { claims["auth_time"] = authTime }
     guard let token = try? signer.token(claims, algorithm: .rs256) else { return nil }
     oauth.recordIDToken(token)
     return token
@@ -258,8 +261,9 @@ private func tokenError(_ error: OAuthError, request: Request) -> Response {
     return SimHTTP.json(ErrorAnswer(error: error.code.rawValue, error_description: error.description), status: status, headers: headers)
 }
 
-private func formParameters(_ request: Request) async throws -> Result<OAuthParameters, OAuthError> {
+private func formParameters(_ request: Request, tap oauth: OAuthState? = nil) async throws -> Result<OAuthParameters, OAuthError> {
     let body = try await SimHTTP.collect(request.body)
+    oauth?.tap(request.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n") + "\n\n" + String(decoding: body, as: UTF8.self))
     let contentType = request.headers[.contentType]?.lowercased() ?? ""
     guard contentType.hasPrefix("application/x-www-form-urlencoded") else {
         return .failure(OAuthError(.invalidRequest, "the body must be application/x-www-form-urlencoded"))
@@ -310,13 +314,15 @@ private func scopeItems(_ scope: String?) -> Set<Substring> {
 ///
 /// - `GET /oauth/authorize` — the login page; with a live login session (the `AS_SESSION` cookie a
 ///   successful login sets, `Path=/oauth`) the code at once, without a page, unless the request
-///   carries `prompt=login`; `prompt=none` without a session is `error=login_required`.
+///   carries `prompt=login` or a `max_age` the session's login is older than (or the test control
+///   `OAuthState.ignoresFreshLoginRequests` says to answer silently anyway); `prompt=none` without
+///   a session is `error=login_required`.
 ///   `POST /oauth/authorize` — the login: `302` to `redirect_uri?code=…&state=…&iss=…`, and a new
 ///   session. Every authorization response (errors too) names the issuer in `iss` (RFC 9207).
 /// - `POST /oauth/token` — grants `authorization_code` (+ PKCE S256), `client_credentials`,
 ///   `password`, `refresh_token` (rotating). A code granted with the `openid` scope also gets an
 ///   `id_token` (RS256, `kid`, `iss` = the issuer, `aud` = the client, `sub`, the request's
-///   `nonce`, `iat`, `exp` 5 minutes on). Propagation: RFC 8693 token exchange and RFC 7523 JWT
+///   `nonce`, `auth_time` (the session's login), `iat`, `exp` 5 minutes on). Propagation: RFC 8693 token exchange and RFC 7523 JWT
 ///   bearer (`propagationGrant`); the resource endpoints echo such a token's `aud` and `grant`.
 /// - `GET /oauth/jwks` — the `id_token` keys as a JWK Set.
 /// - `GET /.well-known/oauth-authorization-server` — RFC 8414 metadata. A `client_credentials`
@@ -343,11 +349,14 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
         case .valid(let authorization):
             // A login session answers at once, as a real authorization server does, unless the
             // client asks for the login again.
-            if !authorization.prompt.contains("login"), let session = SimHTTP.cookie(sessionCookie, in: request),
-                let subject = oauth.sessionSubject(session)
-            {
-                oauth.countSilentAuthorization()
-                return issueCode(authorization, subject: subject, oauth, issuer: issuer(configuration, state))
+            // (OpenID Connect: `prompt=login`, or a `max_age` the session's login is older than.)
+            if let cookie = SimHTTP.cookie(sessionCookie, in: request), let session = oauth.session(cookie) {
+                let age = Int(Date().timeIntervalSince1970) - session.authTime
+                let fresh = authorization.prompt.contains("login") || authorization.maxAge.map { age >= $0 } == true
+                if !fresh || oauth.ignoresFreshLoginRequests {
+                    oauth.countSilentAuthorization()
+                    return issueCode(authorization, subject: session.subject, authTime: session.authTime, oauth, issuer: issuer(configuration, state))
+                }
             }
             if authorization.prompt.contains("none") {
                 return redirect(
@@ -378,15 +387,17 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
                 return loginPage(authorization, error: "Wrong username or password.", configuration)
             }
             oauth.countLogin(success: true)
-            let session = oauth.startSession(subject: subject)
+            let now = Int(Date().timeIntervalSince1970)
+            let session = oauth.startSession(subject: subject, authTime: now)
             return issueCode(
-                authorization, subject: subject, oauth, issuer: issuer(configuration, state), cookie: "\(sessionCookie)=\(session); Path=/oauth; HttpOnly; SameSite=Lax")
+                authorization, subject: subject, authTime: now, oauth, issuer: issuer(configuration, state),
+                cookie: "\(sessionCookie)=\(session); Path=/oauth; HttpOnly; SameSite=Lax")
         }
     }
 
     router.post("/oauth/token") { request, _ -> Response in
         state.record("POST /oauth/token")
-        let parsed = try await formParameters(request)
+        let parsed = try await formParameters(request, tap: oauth)
         let grantType = (try? parsed.get())?["grant_type"] ?? "none"
         // The SAML bearer assertion's signature is checked first, by xmlsec1 (as pysaml2 does).
         let samlSignature = grantType == saml2BearerGrant ? await samlSignatureCheck((try? parsed.get())?["assertion"], oauth) : nil
@@ -482,7 +493,7 @@ func addOAuth2Routes(to router: Router<BasicRequestContext>, configuration: Simu
 
     router.post("/oauth/revoke") { request, _ -> Response in
         state.record("POST /oauth/revoke")
-        let outcome: Result<Void, OAuthError> = try await formParameters(request).flatMap { form in
+        let outcome: Result<Void, OAuthError> = try await formParameters(request, tap: oauth).flatMap { form in
             authenticateClient(request, form, configuration).flatMap { client in
                 guard let token = form["token"] else { return .failure(OAuthError(.invalidRequest, "token is missing")) }
                 oauth.countRevocation(hint: form["token_type_hint"] ?? "none")
@@ -679,6 +690,7 @@ private func propagationGrant(
             return .failure(OAuthError(.invalidRequest, "subject_token and subject_token_type are required"))
         }
         guard jwtTokenTypes.contains(type) else { return .failure(OAuthError(.invalidRequest, "subject_token_type \(type) is not supported")) }
+        oauth.noteAssertion(subjectToken, grant: "token_exchange")
         jwt = subjectToken
         audience = form["audience"] ?? form["resource"]
     } else {
@@ -688,7 +700,9 @@ private func propagationGrant(
     }
     var keySets: [[UInt8]] = []
     if let idp = state.identityProvider { keySets.append(idp.jwks) }
-    if grant == jwtBearerGrant, let trusted = oauth.trustedAssertionKeys { keySets.append(trusted) }
+    // Keys an administrator trusts (Parley's JWK Set): for JWT bearer assertions, and for subject
+    // tokens of an issuer configured for token exchange (Keycloak's "external token" issuers).
+    if let trusted = oauth.trustedAssertionKeys { keySets.append(trusted) }
     guard let claims = keySets.lazy.compactMap({ IdentityIssuer.verifiedClaims(jwt, jwks: $0) }).first else {
         return .failure(OAuthError(.invalidGrant, "the JWT does not verify with a key this server trusts"))
     }

@@ -30,6 +30,9 @@ struct OAuthGrant: Sendable {
     let grantID: String
     /// The authorization request's OpenID Connect `nonce`, echoed in the `id_token`.
     var nonce: String? = nil
+    /// When the person authenticated (the login that made the session), seconds since 1970: the
+    /// `id_token`'s `auth_time`.
+    var authTime: Int? = nil
     /// What a token exchange (RFC 8693) asked the token for (`audience`, else `resource`), and
     /// which propagation grant brought it: the resource endpoints echo both.
     var audience: String? = nil
@@ -99,6 +102,19 @@ public final class OAuthState: Sendable {
     public func lastAssertion(grant: String) -> String? { assertions.withLock { $0[grant] } }
 
     func noteAssertion(_ assertion: String, grant: String) { assertions.withLock { $0[grant] = assertion } }
+
+    /// A tap on the token endpoint: each request's headers and body as text (the last 500), so a
+    /// test can say what was, and was never, sent to the authorization server.
+    private let tapped = Mutex<[String]>([])
+
+    public var tokenRequests: [String] { tapped.withLock { $0 } }
+
+    func tap(_ text: String) {
+        tapped.withLock { list in
+            if list.count >= 500 { list.removeFirst() }
+            list.append(text)
+        }
+    }
 
     /// The `jti`s of accepted JWT bearer assertions: one is never accepted twice (RFC 7523 §3 item 7).
     private let seenAssertions = Mutex<Set<String>>([])
@@ -211,15 +227,36 @@ public final class OAuthState: Sendable {
     }
 
     /// A new login session for `subject`; its value goes into the `AS_SESSION` cookie.
-    func startSession(subject: String) -> String {
+    func startSession(subject: String, authTime: Int) -> String {
         let value = "ass_" + SecureRandom.token()
-        data.withLock { $0.sessions[value] = subject }
+        data.withLock { $0.sessions[value] = LoginSession(subject: subject, authTime: authTime) }
         return value
     }
 
-    /// Who the login session `value` belongs to, while it lives.
-    func sessionSubject(_ value: String) -> String? {
+    /// Who the login session `value` belongs to, and when they logged in, while it lives.
+    func session(_ value: String) -> LoginSession? {
         data.withLock { $0.sessions[value] }
+    }
+
+    /// A login session: who, and when they authenticated.
+    struct LoginSession: Sendable {
+        let subject: String
+        let authTime: Int
+    }
+
+    /// An authorization server that answers from its login session even when the client asks for a
+    /// fresh login (`prompt=login`, `max_age`), as some do: the `id_token`'s `auth_time` then shows
+    /// the old login (tests of step-up's `auth_time` check).
+    public var ignoresFreshLoginRequests: Bool {
+        get { data.withLock { $0.ignoresFreshLoginRequests } }
+        set { data.withLock { $0.ignoresFreshLoginRequests = newValue } }
+    }
+
+    /// Makes every login session's authentication `seconds` older (a login long ago).
+    public func ageSessions(by seconds: Int) {
+        data.withLock { data in
+            for (key, session) in data.sessions { data.sessions[key] = LoginSession(subject: session.subject, authTime: session.authTime - seconds) }
+        }
     }
 
     func recordIDToken(_ token: String) { data.withLock { $0.idTokens.append(token) } }
@@ -398,8 +435,9 @@ public final class OAuthState: Sendable {
         var pendingFailures = 0
         var failure: InjectedTokenFailure?
         var tokenDelay: Duration = .zero
-        /// Login sessions: `AS_SESSION` value → subject.
-        var sessions: [String: String] = [:]
+        /// Login sessions: `AS_SESSION` value → who and when.
+        var sessions: [String: LoginSession] = [:]
+        var ignoresFreshLoginRequests = false
         var idTokens: [String] = []
         var silentAuthorizations = 0
         var userinfoCalls = 0

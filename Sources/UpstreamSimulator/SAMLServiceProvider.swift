@@ -56,7 +56,10 @@ private func spGate(
     guard let current = mount.session(of: request) else {
         return .closed(samlChallenge(view: view, settings: settings, idp: idpBase(configuration, state, request), saml: state.saml))
     }
-    if settings.otp == .afterSAML, let challenge = OTPStage.require(current, view: view, mount: mount, otp: state.otp) {
+    let registering = request.method == .post && view.path.hasSuffix("/Connections")
+    if settings.otp == .afterSAML || (settings.otp == .forRegistration && registering),
+        let challenge = OTPStage.require(current, view: view, mount: mount, otp: state.otp)
+    {
         return .closed(challenge)
     }
     return .open(id: current.id, session: current.session)

@@ -107,6 +107,9 @@ public enum SPOTPMode: String, Sendable, Codable, CaseIterable {
     case off
     /// A one-time passcode after the SAML login, before any protected resource.
     case afterSAML
+    /// A one-time passcode after the SAML login for the SMP registration endpoint only
+    /// (`POST …/Connections`): a second factor before a device is registered, as SMP can be set up.
+    case forRegistration
 }
 
 /// Which `Path` the session cookies of `/sp` (`SP_SESSION`) and `/basic-otp` (`BO_SESSION`) get.

@@ -147,6 +147,8 @@ import Testing
             "destinations: unknown key 'userclaim' at identityProviders[0].userclaim (did you mean 'userClaim'?)",
             "destinations: unknown key 'identityProvider' at identityProvider (did you mean 'identityProviders'?)",
             "destination 'bad name': name must be letters, digits, '-', '_' or '.'",
+            // A provider is listed, so a destination where a person signs in requires verified users by default.
+            "destination 'sim': registration.identity is required (the default where the file lists identityProviders; write registration: {identity: optional} to let unverified users sign in), but saml2 sign-ins name nobody without saml2.idpCertificates",
         ]
         var problems: [String] = []
         do { _ = try DestinationsDocument.read(text) } catch { problems = error.problems }

@@ -10,7 +10,7 @@ import Testing
               - { issuer: "https://idp.example", jwksUri: "https://idp.example/keys", audiences: [parley] }
               - { issuer: "https://login.example/t", jwksUri: "http://127.0.0.1:9/jwks", audiences: [a, b], userClaim: email }
             destinations:
-              - { name: a, url: "https://a.example", registration: { identity: required }, identity: { match: email } }
+              - { name: a, url: "https://a.example", registration: { identity: required }, identity: { match: email, providers: ["https://idp.example"] } }
               - { name: b, url: "https://b.example", registration: { policy: approval, identity: optional } }
               - { name: c, url: "https://c.example" }
             """)
@@ -41,6 +41,7 @@ import Testing
             try DestinationsDocument.readContents(text)
         } throws: { error in
             (error as? DestinationSpec.Invalid)?.problems == [
+                "destination 'a': the file lists 3 identity providers, so a destination that uses identity must say whose users it takes (identity: {providers: [<issuer>, …]}); two providers' users with the same name are not the same person",
                 "destination 'a': registration.identity must be optional or required, got 'always'",
                 "destination 'a': identity.match must be a claim name of 1 to 200 bytes",
                 "identityProviders[0]: issuer must not be empty",

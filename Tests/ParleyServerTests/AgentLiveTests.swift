@@ -1,4 +1,5 @@
 import Foundation
+import ParleyEncoding
 import ParleyTesting
 import Store
 import Testing
@@ -62,13 +63,19 @@ import UpstreamSimulator
     ) async throws {
         let postgres = try await PostgresServer.shared()
         let database = try await postgres.createDatabase()
+        // Parley signs the subject token of an agent's token exchange; the authorization server
+        // trusts its published keys, as an administrator sets up token exchange for Parley.
+        let signing = try TestSigningKeys.generate()
+        defer { signing.remove() }
         try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
             let parley = try await ParleyProcess.start(environment: [
                 "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys,
                 "PARLEY_DESTINATIONS": try Self.destinationsFile("http://127.0.0.1:\(simulatorPort)"), "PARLEY_RESOURCE": Self.resource,
-                "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug",
+                "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug", "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath)",
             ])
             defer { Task { await parley.stop() } }
+            let jwks = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/jwks.json")
+            simulator.oauth.trustedAssertionKeys = jwks.body
             try await body(parley, database, simulatorPort, simulator)
             await parley.stop()
         }
@@ -193,9 +200,10 @@ import UpstreamSimulator
         }
     }
 
-    /// An agent on a destination whose grant speaks for the user: the agent's own token is the
-    /// RFC 8693 subject token, the back end sees the token the authorization server issued (never
-    /// the agent's), and a newer token of the agent replaces the one kept.
+    /// An agent on a destination whose grant speaks for the user: the RFC 8693 subject token is a
+    /// JWT Parley signs for the user (`act` naming the agent's client), the agent's own token is
+    /// sent nowhere (a tap on the authorization server sees it in no request), the back end sees
+    /// the token the authorization server issued, and a newer token of the agent replaces the identity kept.
     @Test func anAgentsTokenIsExchangedForTheBackEndsOwnAndTheNewestIsKept() async throws {
         try await Self.withAgentParley { parley, database, simulatorPort, simulator in
             func accessToken(exp: Double) async throws -> String {
@@ -227,6 +235,20 @@ import UpstreamSimulator
             #expect(try await sealedIdentity() != kept, "the newer token was not kept")
             #expect(simulator.oauth.tokenCallsByGrant["urn:ietf:params:oauth:grant-type:token-exchange"] == 2)
             for token in [first, second] { #expect(!parley.log.contains(token)) }
+            // What the authorization server got: Parley's own JWT for alice, acting for agent-x.
+            let tapped = simulator.oauth.tokenRequests
+            #expect(tapped.count >= 2)
+            for token in [first, second] {
+                for part in token.split(separator: ".") where part.count > 16 {
+                    #expect(!tapped.contains { $0.contains(part) }, "a part of the agent's token reached the authorization server")
+                }
+            }
+            let subjectToken = try #require(simulator.oauth.lastAssertion(grant: "token_exchange"))
+            let claims = try #require(
+                try JSONSerialization.jsonObject(with: Data(Base64.decode(String(subjectToken.split(separator: ".")[1])) ?? [])) as? [String: Any])
+            #expect(claims["iss"] as? String == "http://127.0.0.1:\(parley.port)" && claims["sub"] as? String == "alice")
+            #expect((claims["act"] as? [String: Any])?["sub"] as? String == "agent-x", "\(claims)")
+            #expect((claims["exp"] as? Double ?? 0) - (claims["iat"] as? Double ?? 0) <= 300, "a few minutes' lifetime")
         }
     }
 

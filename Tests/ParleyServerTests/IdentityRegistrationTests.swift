@@ -58,6 +58,7 @@ import UpstreamSimulator
             let now = Int(clock.now.timeIntervalSince1970)
             var claims: [String: Any] = [
                 "iss": IdentityRegistrationRouterTests.issuer, "sub": "u-4711", "aud": "parley", "exp": now + 300, "email": "Alice@Example.com",
+                "email_verified": true, "iat": now,
             ]
             for (name, value) in changes { claims[name] = value is NSNull ? nil : value }
             return claims
@@ -156,6 +157,9 @@ import UpstreamSimulator
             ("garbage", "not-a-jwt", "compact JWS"),
             ("empty", "", "compact JWS"),
             ("no email for identity.match", try f.token(["email": NSNull()]), "'email'"),
+            // An email match needs the provider to say the address is verified.
+            ("unverified email", try f.token(["email_verified": false]), "not verified"),
+            ("email_verified absent", try f.token(["email_verified": NSNull()]), "not verified"),
         ]
         try await f.run { client in
             for (name, token, words) in cases {

@@ -63,7 +63,8 @@ import UpstreamSimulator
             let now = Int(Date().timeIntervalSince1970)
 
             // A verified user.
-            let token = try await Self.mint(simulatorPort, ["sub": "alice-1", "aud": "parley", "email": "Alice@Example.com"])
+            let token = try await Self.mint(
+                simulatorPort, ["sub": "alice-1", "aud": "parley", "email": "Alice@Example.com", "jsonClaims": ["email_verified": true]])
             let created = try await Self.register(
                 parley, ["destination": "open", "identityToken": token, "credentials": ["username": "alice", "password": "wonderland"]])
             #expect(created.status == 201, "\(created.text)")

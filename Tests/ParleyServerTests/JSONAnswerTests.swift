@@ -65,7 +65,11 @@ import Testing
         let userText = try Self.bytes(RegistrationView(withUser, appcid: nil, flow: nil))
         #expect(userText.contains(#""user":{"issuer":"https://idp.example","subject":"Alice","verified":true}"#))
         #expect(!userText.contains("alice@example.com") && !userText.contains("match"))
-        #expect(withUser.user?.match == "alice@example.com" && withUser.user?.matches("ALICE@example.COM") == true)
+        #expect(withUser.user?.match == "alice@example.com" && withUser.user?.matchesName("ALICE@example.COM") == true
+            && withUser.user?.matchesName("alice@example.\u{212A}om") == false)
+        // Only ASCII letters fold: the Kelvin sign (U+212A) lower-cases to `k` in Unicode, never here.
+        let kim = RegistrationUser(issuer: "https://idp.example", subject: "kim", verified: true, match: "kim")
+        #expect(kim.matchesName("KIM") && !kim.matchesName("\u{212A}im") && !kim.matchesName("kİm"))
 
         // An agent's registration names its client; a thin client's says null.
         var agent = withUser

@@ -40,6 +40,8 @@ public struct ParleyDependencies: Sendable {
     public var storeStatistics: (@Sendable () -> PoolStatistics)?
     /// Lifecycle events and their webhook deliveries (nil: the in-memory tier, which has no outbox).
     public var events: (any EventRepository)?
+    /// The revocations' not-befores and the logout tokens taken.
+    public var notBefores: any NotBeforeRepository = InMemoryNotBefores()
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
@@ -76,6 +78,7 @@ public struct ParleyDependencies: Sendable {
             flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport,
             clock: clock, services: [store, listener, signals])
         dependencies.events = PostgresEvents(store: store)
+        dependencies.notBefores = PostgresNotBefores(store: store)
         dependencies.storeStatistics = {
             let s = store.statistics
             return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
@@ -126,8 +129,10 @@ func compose(
             [ConversationAccounting(registration: registration, destination: destination, limits: limits, metrics: metrics)]
         })
     let clientTokens = ClientTokens(registrations: d.registrations)
+    let notBefores = NotBefores(repository: d.notBefores)
     let invalidation = CacheInvalidation(
-        signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, logger: logger)
+        signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, notBefores: notBefores,
+        logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
     var flows = FlowService(
         flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.server.publicURL,
@@ -136,7 +141,9 @@ func compose(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
                 secrets: secrets, audit: audit)
         ], staging: staging,
-        binding: IdentityBinding(registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) }))
+        binding: IdentityBinding(
+            registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) },
+            destinations: configuration.destinations, listedIssuers: Set(configuration.identityProviders.map(\.issuer))))
     flows.metrics = metrics
     reconnects.bind(
         Reconnects.handler(registrations: d.registrations, flows: flows, invalidation: invalidation, audit: audit, logger: logger))
@@ -144,11 +151,12 @@ func compose(
     let identityTokens = IdentityTokenVerifier(providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger)
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
-        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock, identityTokens: identityTokens)
+        secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock, identityTokens: identityTokens,
+        notBefores: notBefores)
     let agents = AgentAccess(
         resource: configuration.server.resourceIdentifier, publicURL: configuration.server.publicURL, verifier: identityTokens,
         registrations: d.registrations, cache: clientTokens.agentRegistrations, destinations: configuration.destinations, audit: audit,
-        metrics: metrics, clock: d.clock, secrets: secrets, invalidation: invalidation)
+        metrics: metrics, clock: d.clock, secrets: secrets, invalidation: invalidation, notBefores: notBefores)
     let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
     let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     let environment = FlowKindEnvironment(
@@ -193,6 +201,9 @@ func compose(
         binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange,
         pages: pages)
 
+    let administration = Administration(
+        repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
+        invalidation: invalidation, audit: audit, events: d.events, notBefores: notBefores)
     let controllers = Controllers(
         operations: OperationsController(
             readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL,
@@ -224,16 +235,13 @@ func compose(
             pages: pages),
         adminAuthenticator: AdminAuthenticator(
             tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
-        admin: AdminController(
-            administration: Administration(
-                repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
-                invalidation: invalidation, audit: audit, events: d.events),
-            service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
+        admin: AdminController(administration: administration, service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
         hostedUpstream: hostedUpstream,
         flowRoutes: kinds.routes,
         webHandover: binding.handover.map {
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
-        }, agents: agents, pageAssets: pages.assets)
+        }, agents: agents, pageAssets: pages.assets,
+        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, notBefores: notBefores, administration: administration))
 
     let routeTable = RouteTable()
     for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
@@ -241,6 +249,15 @@ func compose(
         logger.warning(
             "anyone who can reach Parley may register with this destination and use its shared credentials; set registration.policy",
             metadata: ["destination": .string(destination.name)])
+    }
+    // Consent phishing: where identity providers are listed, a destination that still lets a
+    // registration without a verified user start a sign-in says so at every start.
+    if !configuration.identityProviders.isEmpty {
+        for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name }) where destination.identityOptionalWithSignIn {
+            logger.warning(
+                "registration.identity is optional: a registration without a verified user can start a sign-in here, and whoever finishes it becomes its user; prefer required",
+                metadata: ["destination": .string(destination.name)])
+        }
     }
     let router = Router(context: ParleyRequestContext.self)
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.

@@ -86,6 +86,12 @@ public struct ParleyConfiguration: Sendable {
                 settings.report(
                     "destination '\(destination.name)': oauth2.assertion parley needs Parley's signing keys, and \(settings.variable("signing_keys")) is not set")
             }
+            for destination in file.destinations where destination.implicitRegistrations && destination.oauth2?.propagation != nil
+                && keys?.signingKeys == nil
+            {
+                settings.report(
+                    "destination '\(destination.name)': an agent's grant speaks with a token Parley signs for the user (the agent's own token is sent nowhere), and \(settings.variable("signing_keys")) is not set")
+            }
             guard let keys else { return nil }
             var configuration = ParleyConfiguration(
                 server: server, database: database, keys: keys, destinations: file.destinations, limits: limits, bodies: bodies,

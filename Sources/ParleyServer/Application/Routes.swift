@@ -22,6 +22,8 @@ struct Controllers: Sendable {
     let agents: AgentAccess
     /// The pages' stylesheet and logos.
     let pageAssets: PageAssets
+    /// OpenID Connect Back-Channel Logout from the listed identity providers.
+    let backChannelLogout: BackChannelLogoutController
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -38,6 +40,8 @@ func addRoutes(
     router.get("/.well-known/jwks.json", use: c.operations.jwks)
     router.get("/.well-known/saml-metadata.xml", use: c.operations.samlMetadata)
     router.get("/.well-known/oauth-protected-resource", use: c.operations.protectedResource)
+    // Identity providers: a user's sessions ended (the logout token's signature is its authentication).
+    router.post("/backchannel-logout", use: c.backChannelLogout.logout)
 
     // Thin clients. Registering needs no token; everything else needs the client token (or an
     // agent's access token). Every 401 here names Parley's protected-resource metadata.

@@ -92,7 +92,7 @@ struct BasicFormFlow: FlowKindHandler {
         // Who signs in here is the username the upstream accepts. A registration that has a
         // user takes no other: a sign-in as somebody else ends the flow before anything is sent.
         let signedIn = SignedInIdentity(issuer: destination.baseURL, subject: username)
-        if let user = registration.user, !user.matches(username) {
+        if let user = registration.user, !flows.binding.sameUser(user, signedIn, destination: registration.destination) {
             _ = try await flows.admit(flow, signedIn: signedIn, logger: logger)
             return flows.done(flow)
         }
@@ -135,7 +135,9 @@ struct BasicFormFlow: FlowKindHandler {
         guard case .response(let response) = try await manager.execute(UpstreamRequest(method: "GET", url: url))
         else { return false }
         response.body.discard()
-        return response.status != 401
+        // What the upstream answers a signed-in user: a page (2xx) or onward (3xx). A 401, a 403,
+        // a 5xx or an answer of any other kind is no sign-in.
+        return (200..<400).contains(response.status)
     }
 
     static func acceptable(_ text: String, isUser: Bool) -> Bool {

@@ -164,8 +164,19 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             token.idToken = nil
             switch await signedIn(idToken: idToken, accessToken: token.accessToken, nonce: kept.nonce, destination: destination, endpoint: endpoint, logger: logger) {
             case .unknown:
-                break
-            case .identity(let identity):
+                guard try await lifecycle.admitUnknown(flow, logger: logger) else {
+                    await discard(token, endpoint: endpoint)
+                    return done
+                }
+            case .identity(let identity, let authTime):
+                // A step-up asked for a sign-in now: the id_token must say the person authenticated
+                // after the flow began (`auth_time`), not that a session from before was reused.
+                if flow.purpose == .stepUp, !Self.isFresh(authTime: authTime, flowCreatedAt: flow.createdAt) {
+                    logger.warning("oauth2 step-up refused: the sign-in is older than the flow", metadata: ["flow.id": .string(flow.idString)])
+                    try await lifecycle.finish(flow, status: .failed, error: Self.staleSignIn, logger: logger)
+                    await discard(token, endpoint: endpoint)
+                    return done
+                }
                 guard try await lifecycle.admit(flow, signedIn: identity, logger: logger) else {
                     await discard(token, endpoint: endpoint)
                     return done
@@ -192,11 +203,24 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
         return done
     }
 
+    /// The flow error of a step-up sign-in whose `id_token` does not show an authentication after
+    /// the flow began (`auth_time` older, or absent).
+    static let staleSignIn = "stale_sign_in"
+    /// How far before the flow's start an `auth_time` may lie (clocks of two machines).
+    static let authTimeTolerance: TimeInterval = 30
+
+    /// Whether `auth_time` shows an authentication after the flow began (within the tolerance).
+    static func isFresh(authTime: Date?, flowCreatedAt: Date) -> Bool {
+        guard let authTime else { return false }
+        return authTime.timeIntervalSince(flowCreatedAt) >= -authTimeTolerance
+    }
+
     /// Who a sign-in was, as the destination can tell.
     enum SignIn: Sendable, Equatable {
         /// The destination reads no identity (neither `jwksUri` nor `userinfoEndpoint`).
         case unknown
-        case identity(SignedInIdentity)
+        /// Who signed in, and when they authenticated (`auth_time` of an `id_token`; nil from userinfo).
+        case identity(SignedInIdentity, authTime: Date?)
         /// The destination reads one, and this sign-in did not show a valid one: the flow fails with this error.
         case refused(String)
     }
@@ -229,12 +253,12 @@ struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
                     "oauth2 sign-in refused: the id_token failed a check", metadata: metadata.merging(["identity.check": "nonce"]) { $1 })
                 return .refused(Self.invalidIDToken)
             }
-            return .identity(SignedInIdentity(issuer: verified.issuer, subject: verified.subject))
+            return .identity(SignedInIdentity(issuer: verified.issuer, subject: verified.subject), authTime: verified.authTime)
         }
         if settings.userinfoEndpoint != nil {
             switch await endpoint.userinfo(accessToken: accessToken) {
             case .subject(let subject):
-                return .identity(SignedInIdentity(issuer: settings.identityIssuer, subject: subject))
+                return .identity(SignedInIdentity(issuer: settings.identityIssuer, subject: subject), authTime: nil)
             case .malformed(let reason):
                 logger.warning("oauth2 sign-in refused: userinfo names nobody", metadata: metadata.merging(["error": .string(reason)]) { $1 })
                 return .refused(Self.invalidUserinfo)

@@ -1,6 +1,7 @@
 import AuthFlows
 import Conversation
 import Logging
+import NIOPosix
 import SAMLIdentity
 
 /// SAML2 web SSO through the hosted upstream. The start page binds the browser and
@@ -83,9 +84,14 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
 
     /// A finish met: the sign-in read at the ACS must be the registration's user (a first one
     /// binds it); then the flow completes, else it has ended failed.
+    /// A finish met without a sign-in read (no `SAMLResponse` crossed the web path: artifact
+    /// binding, a multipart post, an SP that takes it in a GET) ends `identity_unknown` where the
+    /// registration has a user or the destination requires one.
     private func completing(_ verdict: HostedVerdict, _ flow: FlowRecord, logger: Logger) async throws -> HostedVerdict {
-        guard verdict == .complete, let current = try await flows.flows.find(id: flow.id), let signedIn = try state.read(current)?.signedIn
-        else { return verdict }
+        guard verdict == .complete, let current = try await flows.flows.find(id: flow.id) else { return verdict }
+        guard let signedIn = try state.read(current)?.signedIn else {
+            return try await flows.admitUnknown(current, logger: logger) ? .complete : .ended
+        }
         return try await flows.admit(current, signedIn: signedIn, logger: logger) ? .complete : .ended
     }
 
@@ -99,7 +105,9 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
             let response = fields.first(where: { $0.0 == "SAMLResponse" })?.1
         else { return .forward }
         let registration = try await registrations.find(id: flow.registrationID)
-        switch SAMLIdentityReader.read(samlResponse: response, trusting: certificates) {
+        // Parsing and signature checking (libxml2, libxmlsec1) on NIO's thread pool, never on an event loop.
+        let read = try await NIOThreadPool.singleton.runIfActive { SAMLIdentityReader.read(samlResponse: response, trusting: certificates) }
+        switch read {
         case .failure(let error):
             logger.info(
                 "a SAML response through the hosted upstream names no verifiable sign-in",
@@ -112,7 +120,7 @@ struct SAML2Flow: HostedFlowKind, PasscodeAwaiting {
             return .forward
         case .success(let identity):
             let signedIn = SignedInIdentity(issuer: identity.issuer, subject: identity.nameID)
-            if let user = registration?.user, !user.matches(signedIn.subject) {
+            if let registration, let user = registration.user, !flows.binding.sameUser(user, signedIn, destination: registration.destination) {
                 _ = try await flows.admit(flow, signedIn: signedIn, logger: logger)  // ends it, identity_mismatch
                 return .ended
             }

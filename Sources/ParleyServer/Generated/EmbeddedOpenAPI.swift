@@ -321,6 +321,55 @@ public enum EmbeddedOpenAPI {
                 }
               }
             },
+            "/backchannel-logout": {
+              "post": {
+                "tags": [
+                  "operations"
+                ],
+                "operationId": "backChannelLogout",
+                "summary": "An identity provider ends a user's sessions (OpenID Connect Back-Channel Logout)",
+                "description": "OpenID Connect Back-Channel Logout 1.0. The form field `logout_token` is a JWT signed by a listed identity provider, with `iss`, `aud` (one of the provider's `audiences`), `iat`, `exp`, `jti`, `sub`, `events` holding `http://schemas.openid.net/event/backchannel-logout`, and no `nonce`. Parley then revokes that user everywhere, as `POST /admin/v1/revocations` with `user` does, not-before included: token rows, cookie jars and kept identities go, and the user's identity and agent tokens issued before now are refused. Each token is taken once (its `jti`); a replayed, unsigned, expired or otherwise invalid token is `400 invalid_request` and changes nothing.",
+                "security": [],
+                "requestBody": {
+                  "required": true,
+                  "content": {
+                    "application/x-www-form-urlencoded": {
+                      "schema": {
+                        "type": "object",
+                        "required": [
+                          "logout_token"
+                        ],
+                        "properties": {
+                          "logout_token": {
+                            "type": "string",
+                            "maxLength": 16384
+                          }
+                        }
+                      }
+                    }
+                  }
+                },
+                "responses": {
+                  "200": {
+                    "description": "The user's sessions are ended.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    }
+                  },
+                  "400": {
+                    "$ref": "#/components/responses/BadRequest"
+                  },
+                  "431": {
+                    "$ref": "#/components/responses/HeadersTooLarge"
+                  },
+                  "503": {
+                    "$ref": "#/components/responses/StoreUnavailable"
+                  }
+                }
+              }
+            },
             "/v1/registrations": {
               "post": {
                 "tags": [

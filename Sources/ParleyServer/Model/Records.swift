@@ -48,11 +48,15 @@ public struct RegistrationUser: Sendable, Equatable {
         self.match = RegistrationUser.normalized(match)
     }
 
-    /// How a signed-in identity and `match` are made comparable: case-insensitively (lower-cased).
-    public static func normalized(_ value: String) -> String { value.lowercased() }
+    /// How a signed-in identity and `match` are made comparable: exactly, but for the case of
+    /// ASCII letters. No other folding: Unicode lower-casing would make the Kelvin sign (U+212A)
+    /// a `k`, and so another person's name.
+    public static func normalized(_ value: String) -> String {
+        String(decoding: value.utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
 
-    /// Whether a signed-in identity is this user.
-    public func matches(_ signedIn: String) -> Bool { Self.normalized(signedIn) == match }
+    /// Whether the name a sign-in gave is the one this user is compared by.
+    public func matchesName(_ signedIn: String) -> Bool { Self.normalized(signedIn) == match }
 }
 
 /// A registration as stored, secrets still sealed.

@@ -208,13 +208,18 @@ struct Pages: Sendable {
         context["next"] = text("confirm.next.\(next)", language, values)
         context["warning"] = text("confirm.warning", language)
         context["heading"] = text("requester.heading", language)
+        // What Parley knows (its configuration, the flow's age) apart from what the app sent about
+        // itself, which anybody can have typed: "Alice's iPhone" proves nothing.
         context["rows"] = [
             ["id": "destination", "label": text("requester.service", language), "value": service],
             ["id": "app", "label": text("requester.app", language), "value": page.requester.app ?? notGiven],
+            ["id": "age", "label": text("requester.requested", language), "value": catalogs.age(page.age, language)],
+        ]
+        context["claimedHeading"] = text("requester.claimed", language)
+        context["claimedRows"] = [
             ["id": "device-type", "label": text("requester.deviceType", language), "value": page.requester.deviceType ?? notGiven],
             ["id": "device-model", "label": text("requester.deviceModel", language), "value": page.requester.deviceModel ?? notGiven],
             ["id": "user-hint", "label": text("requester.user", language), "value": page.requester.userHint ?? notGiven],
-            ["id": "age", "label": text("requester.requested", language), "value": catalogs.age(page.age, language)],
         ]
         context["action"] = page.action
         context["secret"] = page.secret
@@ -371,7 +376,7 @@ struct CredentialsForm: Sendable, Equatable {
 /// The end of a flow as its done page tells it.
 struct FinishedPage: Sendable, Equatable {
     /// The failure reasons the catalogs explain in words (`failed.<reason>`); others get a general text.
-    static let explainedReasons: Set<String> = ["access_denied", "identity_mismatch", "too_many_attempts"]
+    static let explainedReasons: Set<String> = ["access_denied", "identity_mismatch", "identity_unknown", "stale_sign_in", "too_many_attempts"]
 
     let service: String?
     let status: FlowStatus
@@ -435,6 +440,10 @@ enum PageTemplates {
         <dl class="requester">
         {{#rows}}<dt>{{label}}</dt><dd id="{{id}}">{{value}}</dd>
         {{/rows}}</dl>
+        <h3>{{claimedHeading}}</h3>
+        <dl class="requester claimed" data-parley-unchecked>
+        {{#claimedRows}}<dt>{{label}}</dt><dd id="{{id}}">{{value}}</dd>
+        {{/claimedRows}}</dl>
         <form method="post" action="{{action}}" data-parley-confirm>
         <input type="hidden" name="k" value="{{secret}}">
         <input type="hidden" name="token" value="{{token}}">

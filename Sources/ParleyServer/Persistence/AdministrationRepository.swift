@@ -127,8 +127,12 @@ public struct RevocationFilter: Sendable, Equatable {
         registrationID == nil && destination == nil && userHint == nil && scopeKey == nil && user == nil && client == nil
     }
 
-    /// Whether the filter names registrations (by id, by user or by client), whose cookie jars then go too.
-    public var namesRegistrations: Bool { registrationID != nil || user != nil || client != nil }
+    /// Whether the filter names registrations, whose cookie jars and kept identity then go too:
+    /// by id, user or client, or by destination or user hint unless a scope key narrows it to
+    /// tokens (a scope key names tokens, not registrations).
+    public var namesRegistrations: Bool {
+        registrationID != nil || user != nil || client != nil || (scopeKey == nil && (destination != nil || userHint != nil))
+    }
 }
 
 /// What a revocation removed: credential records (token rows, cookie jars), and the

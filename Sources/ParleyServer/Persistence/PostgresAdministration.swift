@@ -67,11 +67,11 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
         """
     }
 
-    /// The registrations a filter names (by id, by user or by client), narrowed by its other
-    /// members that describe a registration; nothing when it names none.
+    /// The registrations a filter names (`RevocationFilter.namesRegistrations`), narrowed by its
+    /// other members that describe a registration; nothing when it names none.
     static func registrationCondition(_ f: RevocationFilter) -> SQL {
         """
-        (\(f.registrationID)::uuid IS NOT NULL OR \(f.user?.issuer)::text IS NOT NULL OR \(f.client)::text IS NOT NULL)
+        \(f.namesRegistrations)::boolean
           AND (\(f.client)::text IS NULL OR agent_client = \(f.client))
           AND (\(f.registrationID)::uuid IS NULL OR id = \(f.registrationID))
           AND (\(f.destination)::text IS NULL OR destination = \(f.destination))
@@ -106,6 +106,12 @@ public struct PostgresAdministration: AdministrationRepository, RetentionReposit
                 "DELETE FROM cookies WHERE registration_id IN (SELECT id FROM registrations WHERE " + Self.registrationCondition(filter)
                     + ") RETURNING registration_id")
             removed += Set(try jars.map { try $0.uuid("registration_id") }).count  // one per jar
+            // The kept identity (a client's identity token, an agent's user) goes too: no grant
+            // speaks for the user again until a token issued after this is shown. (`revoked` counts
+            // token rows and jars, as the contract says; the kept identity is not one of them.)
+            try await connection.execute(
+                "UPDATE registrations SET identity_token_sealed = NULL WHERE identity_token_sealed IS NOT NULL AND "
+                    + Self.registrationCondition(filter))
             // Each named registration's event, in the same transaction as the removal (the outbox).
             try await connection.execute(
                 PostgresEvents.inserting(

@@ -21,7 +21,11 @@ public struct PostgresCacheSignals: CacheSignals {
     static func payload(cookieJarOf registrationID: UUID) -> String { "c:" + registrationID.uuidString.lowercased() }
     static func payload(token key: TokenKey?) -> String { "t:" + (key?.description ?? "*") }
 
+    /// A not-before was recorded: every instance reloads them.
+    static let notBeforePayload = "n:"
+
     static func event(_ payload: String) -> CacheEvent {
+        if payload == notBeforePayload { return .notBefore }
         if payload.hasPrefix("t:") {
             let key = String(payload.dropFirst(2))
             return .token(key == "*" ? nil : key)

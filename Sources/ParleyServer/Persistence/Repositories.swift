@@ -166,6 +166,8 @@ public enum CacheEvent: Sendable, Equatable {
     case cookieJar(UUID)
     /// One stored OAuth2 token changed (`TokenKey.description`), or, with nil, any number.
     case token(String?)
+    /// A revocation's not-before was recorded (`NotBeforeRepository`): reload them.
+    case notBefore
     /// Drop everything, then cache again: the signal is (back) up, and notifications
     /// may have been missed before.
     case all

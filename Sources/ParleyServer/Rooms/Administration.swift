@@ -70,6 +70,8 @@ struct Administration: Sendable {
     let audit: AuditLog
     /// The outbox (nil: the in-memory tier, which has none; its event list is empty).
     let events: (any EventRepository)?
+    /// Revocations that stick.
+    let notBefores: NotBefores
 
     func registration(id: UUID) async throws -> RegistrationRecord {
         guard let record = try await registrations.find(id: id) else { throw RegistrationError.notFound }
@@ -119,6 +121,16 @@ struct Administration: Sendable {
                 if await !endpoint.revoke(token.accessToken, hint: "access_token") { failed += 1 }
             }
         }
+        // Who the revocation holds back from now on: the user named, the client named, or the
+        // user of the registration named (read before anything of it goes).
+        var holdBack: [NotBeforeKey] = []
+        if let user = filter.user { holdBack.append(NotBeforeKey(issuer: user.issuer, subject: user.subject)) }
+        if let client = filter.client { holdBack.append(.client(client)) }
+        if let id = filter.registrationID, let user = try await registrations.find(id: id)?.user {
+            holdBack.append(NotBeforeKey(issuer: user.issuer, subject: user.subject))
+        }
+        let at = service.clock.now
+        for key in holdBack { try await notBefores.set(key, at: at) }
         let removal = try await repository.revoke(filter)
         let revoked = removal.removed
         // This instance drops what it cached of them now; the store told the others with the commit.
@@ -136,6 +148,7 @@ struct Administration: Sendable {
             detail["client"] = client
             detail["registrations"] = String(removal.registrations.count)
         }
+        if !holdBack.isEmpty { detail["notBefore"] = RFC3339.format(at) }
         if revocation.upstream {
             detail["upstreamAttempted"] = String(attempted)
             detail["upstreamFailed"] = String(failed)
@@ -143,6 +156,25 @@ struct Administration: Sendable {
         await audit.record(.adminRevocation, actor: .admin, registrationID: filter.registrationID, destination: filter.destination, detail: detail)
         logger.info("revocation", metadata: ["revoked": "\(revoked)", "upstream.failed": "\(failed)"])
         return RevocationOutcome(revoked: revoked, upstream: revocation.upstream ? .init(attempted: attempted, failed: failed) : nil)
+    }
+
+    /// OpenID Connect Back-Channel Logout: the identity provider ended `user`'s sessions. Every
+    /// registration of the user, on every destination, loses its tokens, jars and kept identity,
+    /// and the user's tokens issued until now are refused (the not-before), as an administrator's
+    /// revocation by user does. Returns the credential records removed.
+    func endSessions(of user: UserReference, logger: Logger) async throws -> Int {
+        let at = service.clock.now
+        try await notBefores.set(NotBeforeKey(issuer: user.issuer, subject: user.subject), at: at)
+        let removal = try await repository.revoke(RevocationFilter(user: user))
+        for id in removal.registrations { invalidation.apply(.registration(id)) }
+        await audit.record(
+            .backChannelLogout, actor: .system,
+            detail: [
+                "userIssuer": user.issuer, "userSubject": user.subject, "revoked": String(removal.removed),
+                "registrations": String(removal.registrations.count), "notBefore": RFC3339.format(at),
+            ])
+        logger.info("back-channel logout", metadata: ["revoked": "\(removal.removed)", "registrations": "\(removal.registrations.count)"])
+        return removal.removed
     }
 
     /// Newest first, at or after `query.since`.

@@ -31,6 +31,8 @@ final class AgentAccess: Sendable {
     let clock: any WallClock
     let secrets: Secrets
     let invalidation: CacheInvalidation
+    /// Revocations that stick: an agent's token issued before one of its user's or client's is refused.
+    let notBefores: NotBefores
     /// Per registration of a propagation destination, the expiry of the agent's token this
     /// instance last stored as its identity (a newer token replaces it; bounded).
     private let keptUntil = Mutex<[UUID: Date]>([:])
@@ -41,8 +43,9 @@ final class AgentAccess: Sendable {
     init(
         resource: String, publicURL: String, verifier: IdentityTokenVerifier, registrations: any RegistrationRepository,
         cache: InvalidatedCache<AgentKey, RegistrationRecord>, destinations: [String: Destination], audit: AuditLog, metrics: Metrics,
-        clock: any WallClock, secrets: Secrets, invalidation: CacheInvalidation
+        clock: any WallClock, secrets: Secrets, invalidation: CacheInvalidation, notBefores: NotBefores
     ) {
+        self.notBefores = notBefores
         self.recent = cache
         self.secrets = secrets
         self.invalidation = invalidation
@@ -94,6 +97,18 @@ final class AgentAccess: Sendable {
             metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "forbidden")])
             throw Problem(.forbidden, .forbidden, "this destination does not take agents' access tokens (registration.implicit)")
         }
+        do {
+            try await RegistrationService.accept(access.identity, destination: destination, client: access.client, notBefores: notBefores)
+        } catch let error as IdentityTokenError {
+            logger.info("agent access token refused", metadata: ["identity.check": .string(error.check.rawValue)])
+            metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "invalid_token")])
+            throw invalidToken(error.detail)
+        }
+        guard access.identity.matchValue(claim: destination.identityMatchClaim) != nil else {
+            metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "invalid_token")])
+            throw invalidToken(
+                "the access token has no usable '\(destination.identityMatchClaim.prefix(200))' claim (an email must be verified), which this destination names its users by")
+        }
         let missing = destination.agentScopes.filter { !access.scopes.contains($0) }
         guard missing.isEmpty else {
             metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "insufficient_scope")])
@@ -101,25 +116,25 @@ final class AgentAccess: Sendable {
             throw insufficientScope(missing: missing, required: destination.agentScopes)
         }
         let key = AgentKey(destination: destination.name, issuer: access.identity.issuer, subject: access.identity.subject, client: access.client)
-        var record = try await registration(for: key, access: access, token: token, destination: destination, cached: cached, logger: logger)
-        record = try await keepIdentity(token, access, of: record, destination: destination)
+        var record = try await registration(for: key, access: access, destination: destination, cached: cached, logger: logger)
+        record = try await keepIdentity(access, of: record, destination: destination)
         metrics.increment(.agentRequests, [("destination", destination.name), ("client", client), ("outcome", "accepted")])
         return record
     }
 
     private func registration(
-        for key: AgentKey, access: AccessTokenIdentity, token: String, destination: Destination, cached: Bool, logger: Logger
+        for key: AgentKey, access: AccessTokenIdentity, destination: Destination, cached: Bool, logger: Logger
     ) async throws -> RegistrationRecord {
         if cached, let record = recent.value(for: key) { return record }
         let mark = recent.mark()
         var record = try await registrations.find(agent: key)
         if record == nil {
-            let claim = destination.identityMatchClaim
-            let match = access.identity.claims[claim] ?? access.identity.subject
+            let match = access.identity.matchValue(claim: destination.identityMatchClaim) ?? access.identity.subject
             let id = UUID()
-            // A destination whose grant speaks for the user speaks with the agent's token.
+            // A destination whose grant speaks for the user keeps who the user is, never the
+            // agent's token: Parley signs its own for the grant.
             let identity = try destination.oauth2?.propagation.map { _ in
-                try secrets.seal(identity: PropagatedIdentity(token: token, verified: access.identity), id: id)
+                try secrets.seal(identity: PropagatedIdentity(agent: access.client, verified: access.identity), id: id)
             }
             let fresh = RegistrationRecord(
                 id: id, destination: destination.name, status: .active, deviceType: nil, deviceModel: nil, userHint: nil, returnUrl: nil,
@@ -150,13 +165,14 @@ final class AgentAccess: Sendable {
     /// that expires later than the one this instance last stored replaces it (sealed), and every
     /// instance rebuilds the registration's conversation with it. The record returned carries it.
     private func keepIdentity(
-        _ token: String, _ access: AccessTokenIdentity, of record: RegistrationRecord, destination: Destination
+        _ access: AccessTokenIdentity, of record: RegistrationRecord, destination: Destination
     ) async throws -> RegistrationRecord {
         guard destination.oauth2?.propagation != nil else { return record }
         let expires = access.identity.expiresAt ?? .distantPast
-        if let kept = keptUntil.withLock({ $0[record.id] }), kept >= expires { return record }
+        // A revocation removed the kept identity: the next admitted token brings it back.
+        if record.identityTokenSealed != nil, let kept = keptUntil.withLock({ $0[record.id] }), kept >= expires { return record }
         var updated = record
-        let sealed = try secrets.seal(identity: PropagatedIdentity(token: token, verified: access.identity), id: record.id)
+        let sealed = try secrets.seal(identity: PropagatedIdentity(agent: access.client, verified: access.identity), id: record.id)
         updated.identityTokenSealed = sealed
         try await registrations.setIdentityToken(id: record.id, sealed: sealed)
         await invalidation.changed(record.id)

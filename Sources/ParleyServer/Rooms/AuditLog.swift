@@ -44,6 +44,8 @@ enum AuditAction: String, Sendable, CaseIterable {
     case adminRegistrationsListed = "admin.registrations.listed"
     case adminRegistrationRead = "admin.registration.read"
     case adminRevocation = "admin.revocation"
+    /// An identity provider ended a user's sessions (OpenID Connect Back-Channel Logout).
+    case backChannelLogout = "user.logged_out"
     case adminAuditRead = "admin.audit.read"
     case adminEventsRead = "admin.events.read"
     /// An administrator asked for an event to be sent again (`detail.event`).

@@ -11,6 +11,8 @@ struct CacheInvalidation: Service {
     let clientTokens: ClientTokens
     let conversations: Conversations
     let tokens: any TokenRepository
+    /// The revocations' not-befores this instance keeps.
+    let notBefores: NotBefores
     let logger: Logger
     /// Long-polls of a registration's status (`GET /v1/registrations/me?wait=`), woken by every
     /// change announced for it, on any instance.
@@ -49,7 +51,10 @@ struct CacheInvalidation: Service {
             tokens.forget(key: key, registrationID: nil)
         case .cookieJar(let id):
             conversations.cookies.forget(registrationID: id.uuidString.lowercased())
+        case .notBefore:
+            notBefores.forget()
         case .all:
+            notBefores.setCaching(true)
             clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
             tokens.setCaching(false)
@@ -60,6 +65,7 @@ struct CacheInvalidation: Service {
             changes.wake { _ in true }
         case .suspended:
             logger.warning("cache signal lost: caching paused until it is back")
+            notBefores.setCaching(false)
             clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
             tokens.setCaching(false)

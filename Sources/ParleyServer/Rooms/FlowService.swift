@@ -9,7 +9,8 @@ import Tracing
 /// Something that waits on flows of one purpose and acts when one completes
 /// (an SMP registration that needed a login registers upstream then).
 protocol FlowCompletion: Sendable {
-    func flowCompleted(_ flow: FlowRecord, logger: Logger) async
+    /// `lifecycle`: the flows, for a completion that needs a person once more (a second factor).
+    func flowCompleted(_ flow: FlowRecord, lifecycle: FlowService, logger: Logger) async
 }
 
 /// The life of every flow, whatever its kind: creation with an unguessable URL,
@@ -43,6 +44,19 @@ struct FlowService: Sendable {
             try await finish(flow, status: .failed, error: IdentityBinding.mismatch, logger: logger)
             return false
         }
+    }
+
+    /// A kind's sign-in ended without saying who signed in. A flow whose registration has a user,
+    /// or whose destination requires one, cannot be judged: it ends failed with
+    /// `identity_unknown` and keeps nothing. True when the flow may complete all the same (an
+    /// optional destination's registration without a user).
+    func admitUnknown(_ flow: FlowRecord, logger: Logger) async throws -> Bool {
+        guard try await binding.needsIdentity(flow) else { return true }
+        logger.warning(
+            "a sign-in did not say who signed in, and its registration has a user (or its destination requires one); nothing of it is kept",
+            metadata: ["flow.id": .string(flow.idString), "flow.kind": .string(flow.kind.rawValue)])
+        try await finish(flow, status: .failed, error: IdentityBinding.unknown, logger: logger)
+        return false
     }
 
     /// Creates a pending flow and returns it with its URL (the only time the caller sees the secret).
@@ -244,7 +258,7 @@ struct FlowService: Sendable {
         // What waited on the flow runs first, so a woken long-poll finds its effect done
         // (an SMP registration active with its APPCID).
         if status == .completed, let completion = completions[flow.purpose] {
-            await completion.flowCompleted(flow, logger: logger)
+            await completion.flowCompleted(flow, lifecycle: self, logger: logger)
         }
         try await signals.announce(flowID: flow.id)
     }

@@ -13,22 +13,48 @@ struct SignedInIdentity: Sendable, Equatable, Codable {
 
 /// The binding of flows to the registration's user. A registration's user is set once: by a
 /// verified identity token, else by the first sign-in a flow completes. Every later sign-in
-/// must be that user (compared case-insensitively with the value the user was bound by);
-/// otherwise the flow fails with `identity_mismatch`, and nothing it produced reaches the
-/// registration (its staged cookies go with it; the kinds store tokens and credentials only
-/// after `admit` said yes).
+/// must be that user (`sameUser`); otherwise the flow fails with `identity_mismatch`, and nothing
+/// it produced reaches the registration (its staged cookies go with it; the kinds store tokens
+/// and credentials only after `admit` said yes).
 struct IdentityBinding: Sendable {
     static let mismatch = "identity_mismatch"
+    /// A flow that had to say who signed in (its registration has a user, or its destination
+    /// requires one) and could not: nothing of it is kept.
+    static let unknown = "identity_unknown"
 
     let registrations: any RegistrationRepository
     let audit: AuditLog
     let invalidation: @Sendable (UUID) async -> Void
+    /// The destinations, for whose users each one takes.
+    let destinations: [String: Destination]
+    /// The issuers of the destinations file's identity providers.
+    let listedIssuers: Set<String>
 
     enum Verdict: Sendable, Equatable {
         /// The sign-in is the registration's user (or has just become it).
         case admitted
         /// Somebody else signed in: the flow must fail, and keep nothing.
         case mismatch(expectedIssuer: String)
+    }
+
+    /// Whether a sign-in is `user`, at `destination`. A user is the pair (issuer, name): the name
+    /// must match (exactly, but for ASCII case), and the sign-in must be vouched for in the
+    /// user's issuer's namespace: by that issuer itself, or, for a verified user, by an issuer
+    /// that is none of the listed providers (the destination's authorization server or SAML IdP)
+    /// at a destination that takes the users of the user's provider alone. A sign-in vouched for
+    /// by another listed provider is never the user, whatever its name.
+    func sameUser(_ user: RegistrationUser, _ signedIn: SignedInIdentity, destination: String) -> Bool {
+        guard user.matchesName(signedIn.subject) else { return false }
+        if signedIn.issuer == user.issuer { return true }
+        guard user.verified, !listedIssuers.contains(signedIn.issuer), let destination = destinations[destination] else { return false }
+        let accepted = destination.identityProviders ?? listedIssuers.sorted()
+        return accepted == [user.issuer]
+    }
+
+    /// Whether the flow's registration (or its destination) needs every sign-in to say who it was.
+    func needsIdentity(_ flow: FlowRecord) async throws -> Bool {
+        guard let registration = try await registrations.find(id: flow.registrationID) else { return true }
+        return registration.user != nil || destinations[registration.destination]?.identityRequired == true
     }
 
     /// Judges a flow's sign-in against its registration's user, binding a registration that
@@ -39,7 +65,7 @@ struct IdentityBinding: Sendable {
                 return .mismatch(expectedIssuer: "")
             }
             if let user = registration.user {
-                if user.matches(signedIn.subject) { return .admitted }
+                if sameUser(user, signedIn, destination: registration.destination) { return .admitted }
                 await audit.record(
                     .flowIdentityMismatch, actor: .system, registrationID: registration.id, destination: registration.destination,
                     detail: ["flow": flow.idString, "kind": flow.kind.rawValue, "expectedIssuer": user.issuer, "signedInIssuer": signedIn.issuer])

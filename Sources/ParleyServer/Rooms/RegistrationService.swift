@@ -67,6 +67,8 @@ struct RegistrationService: Sendable {
     let clock: any WallClock
     /// Checks `identityToken` against the destinations file's identity providers.
     let identityTokens: IdentityTokenVerifier
+    /// Revocations that stick: tokens issued before one are refused.
+    let notBefores: NotBefores
 
     /// A registration after its upstream step: the record, and the login flow it waits on when `login_required`.
     struct Proceeded: Sendable {
@@ -202,17 +204,34 @@ struct RegistrationService: Sendable {
             }
             return nil
         }
-        do throws(IdentityTokenError) {
+        do {
             let identity = try await identityTokens.verify(token)
+            try await Self.accept(identity, destination: destination, client: nil, notBefores: notBefores)
             let claim = destination.identityMatchClaim
-            guard let match = identity.claims[claim], !match.isEmpty else {
+            guard let match = identity.matchValue(claim: claim) else {
                 throw IdentityTokenError(
-                    .missingClaim, "the identity token has no string '\(claim.prefix(200))' claim, which this destination compares sign-ins with")
+                    .missingClaim,
+                    claim == "email" && identity.claims["email"]?.isEmpty == false
+                        ? "the identity token's email is not verified ('email_verified' is not true), and this destination compares sign-ins by email"
+                        : "the identity token has no string '\(claim.prefix(200))' claim, which this destination compares sign-ins with")
             }
             return (RegistrationUser(issuer: identity.issuer, subject: identity.subject, verified: true, match: match), identity)
-        } catch {
+        } catch let error as IdentityTokenError {
             await refused(error.check.rawValue)
             throw error
+        }
+    }
+
+    /// What every verified identity must also be, beyond its signature and claims: of a provider
+    /// the destination takes, and issued after any revocation of its user (or client).
+    /// A store that cannot be read is its own error (`503`): no token is taken on trust.
+    static func accept(_ identity: VerifiedIdentity, destination: Destination, client: String?, notBefores: NotBefores) async throws {
+        guard destination.acceptsIdentity(of: identity.issuer) else {
+            throw IdentityTokenError(
+                .providerNotAccepted, "the token's issuer is an identity provider this destination does not take (its identity.providers)")
+        }
+        guard try await notBefores.admits(issuer: identity.issuer, subject: identity.subject, client: client, issuedAt: identity.issuedAt) else {
+            throw IdentityTokenError(.revoked, "the token was issued before its user's access was revoked; sign in again for a new one")
         }
     }
 
@@ -283,6 +302,11 @@ struct RegistrationService: Sendable {
     /// the tokens at the upstream's revocation endpoint, then the local rows (tokens,
     /// cookies, flows cascade) and every in-memory trace.
     func deregister(_ record: RegistrationRecord, actor: AuditActor, logger: Logger) async throws {
+        // An administrator deleting an agent's registration means it: the agent's tokens issued
+        // until now do not create it again (the not-before of its user with its client).
+        if actor == .admin, let client = record.client, let user = record.user {
+            try await notBefores.set(NotBeforeKey(issuer: user.issuer, subject: user.subject, client: client), at: clock.now)
+        }
         if let destination = try? conversations.destination(of: record), let smp = destination.smp,
             let appcid = try? secrets.appcid(of: record),
             let failure = await registrar.deregister(record, appcid: appcid, smp: smp, destination: destination)

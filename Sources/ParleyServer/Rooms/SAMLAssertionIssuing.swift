@@ -2,14 +2,24 @@
 // system ICU) and Foundation's own ICU are kept out of one compilation (UErrorCode); every
 // other use of SAMLIdentity here sits in a file like this one (FlowKinds/SAML2Flow.swift).
 import AuthFlows
+import NIOPosix
 import SAMLIdentity
 
-/// Parley's SAML assertions for `saml2_bearer` (AuthFlows' broker calls it).
+/// Parley's SAML assertions for `saml2_bearer` (AuthFlows' broker calls it). libxmlsec1's
+/// signing (an RSA or ECDSA private-key operation) runs on NIO's thread pool, never on an event loop.
 enum SAMLAssertionIssuing {
     static let sign: SAMLAssertionSigning = { request in
         let fields = SAMLAssertionSigner.Fields(
             issuer: request.issuer, nameID: request.nameID, nameIDFormat: request.nameIDFormat, audience: request.audience,
-            recipient: request.recipient, issuedAt: request.issuedAt)
-        return try SAMLAssertionSigner.sign(fields, privateKeyPEM: request.privateKeyPEM, algorithm: request.ecdsa ? .ecdsaSHA256 : .rsaSHA256)
+            recipient: request.recipient, issuedAt: request.issuedAt, authnInstant: request.authnInstant)
+        let outcome = try await NIOThreadPool.singleton.runIfActive { () -> Result<[UInt8], SAMLAssertionSigner.Failure> in
+            do throws(SAMLAssertionSigner.Failure) {
+                return .success(
+                    try SAMLAssertionSigner.sign(fields, privateKeyPEM: request.privateKeyPEM, algorithm: request.ecdsa ? .ecdsaSHA256 : .rsaSHA256))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try outcome.get()
     }
 }

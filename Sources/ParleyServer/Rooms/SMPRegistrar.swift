@@ -97,17 +97,28 @@ struct SMPActivation: FlowCompletion {
     let secrets: Secrets
     let audit: AuditLog
 
-    func flowCompleted(_ flow: FlowRecord, logger: Logger) async {
+    func flowCompleted(_ flow: FlowRecord, lifecycle: FlowService, logger: Logger) async {
         do {
             guard let record = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: record), let smp = destination.smp
             else { return }
             conversations.evict(record.id)
-            guard case .registered(let appcid) = try await registrar.register(record, smp: smp, destination: destination) else {
-                await audit.record(.registrationSMPPending, actor: .system, registrationID: record.id, destination: record.destination)
+            switch try await registrar.register(record, smp: smp, destination: destination) {
+            case .registered(let appcid):
+                try await registrations.activate(id: record.id, appcidSealed: secrets.seal(appcid: appcid, id: record.id))
+            case .needsLogin(let interaction):
+                // The registration endpoint asks for a person once more (a second factor after the
+                // sign-in): the registration waits on that flow now, and the app has it to open.
+                let (next, _) = try await lifecycle.create(
+                    for: record, kind: interaction.kind, purpose: .smpRegistration, scopeKey: interaction.scopeKey, challengeURL: interaction.url)
+                await audit.record(
+                    .registrationSMPPending, actor: .system, registrationID: record.id, destination: record.destination,
+                    detail: ["flow": next.idString, "kind": next.kind.rawValue])
+                logger.info(
+                    "upstream registration needs another sign-in", metadata: ["flow.id": .string(next.idString), "flow.kind": .string(next.kind.rawValue)])
+                await invalidation.changed(record.id)  // long-polls of the registration see its new flow
                 return
             }
-            try await registrations.activate(id: record.id, appcidSealed: secrets.seal(appcid: appcid, id: record.id))
             await invalidation.changed(record.id)  // managers must send the APPCID, everywhere
             await audit.record(.registrationActivated, actor: .system, registrationID: record.id, destination: record.destination)
         } catch {
