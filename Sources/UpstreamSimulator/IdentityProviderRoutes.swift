@@ -11,6 +11,8 @@ private struct IdentityTokenRequest: Decodable {
     /// Seconds since 1970; default ten minutes from now.
     var exp: Double?
     var nbf: Double?
+    /// Seconds since 1970; default now. `0` leaves `iat` out.
+    var iat: Double?
     var email: String?
     /// Further string claims (`preferred_username`, `upn`, …).
     var claims: [String: String]?
@@ -73,10 +75,10 @@ private struct IdentityTokenAnswer: Encodable {
 ///
 /// - `GET /idp/jwks` — its public keys as a JWK Set: an RSA key (`kid` `sim-rsa-1`, RS256 and
 ///   PS256) and a P-256 key (`kid` `sim-ec-1`, ES256), made when first asked for.
-/// - `POST /control/identity-token` with JSON `{"sub", "aud", "iss"?, "exp"?, "nbf"?, "email"?,
+/// - `POST /control/identity-token` with JSON `{"sub", "aud", "iss"?, "exp"?, "nbf"?, "iat"?, "email"?,
 ///   "claims"?, "jsonClaims"?, "alg"?, "typ"?}` — `{"token": "<JWT>"}` signed with those keys (`typ`
 ///   `at+jwt` makes an RFC 9068 access token of it; `jsonClaims` adds `act`, `client_id`, …); `iss` defaults to the
-///   simulator's base URL, `exp` to ten minutes from now, `iat` is now. `400` for a body that is
+///   simulator's base URL, `exp` to ten minutes from now, `iat` to now (`0` leaves it out). `400` for a body that is
 ///   not that, or an `alg` other than RS256, PS256, ES256.
 func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configuration: SimulatorConfiguration, state: SimulatorState) {
     router.get("/idp/jwks") { _, _ -> Response in
@@ -104,7 +106,7 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
         claims["iss"] = input.iss ?? identityProviderIssuer(configuration, state)
         claims["sub"] = input.sub
         claims["aud"] = input.aud.json
-        claims["iat"] = Int(now)
+        if input.iat != 0 { claims["iat"] = Int((input.iat ?? now).rounded(.down)) }
         // Whole seconds as integers, as issuers write them; anything else as given.
         func time(_ value: Double) -> Any { Int(exactly: value) ?? value }
         claims["exp"] = time(input.exp ?? now + 600)
