@@ -98,4 +98,61 @@ import UpstreamSimulator
             }
         }
     }
+
+    /// A rule covers the operation, not one spelling of it: path parameters, SAP ICF's `(…)`
+    /// segment suffix, case, and an OData `$batch` of the service all ask for the fresh sign-in, and
+    /// none reaches the upstream. A step-up sign-in the authorization server answered from an old
+    /// session (it ignored `prompt=login` and `max_age=0`, as some do) fails `stale_sign_in`.
+    @Test func everySpellingAsksAndAnOldAuthenticationFailsTheStepUp() async throws {
+        let destination: @Sendable (String) -> DestinationSpec = { url in
+            var spec = Self.destination(url)
+            spec.stepUp?.append(.init(methods: ["POST"], pathPrefix: "/sap/opu/odata/sap/ZPAY_SRV/Payments", maxAgeSeconds: 300))
+            return spec
+        }
+        try await withLiveParley(destinations: { [destination($0)] }, options: LiveOptions(fixedPorts: true)) { live in
+            let (registration, token) = try await live.register("as", credentials: false)
+            var browser = PlainBrowser()
+            let (first, firstURL) = try await OAuth2IdentityLiveTests.newFlow(live, token: token)
+            let signedIn = try await IdentityTrustLiveTests.signIn(&browser, flowURL: firstURL, username: "alice", password: "wonderland")
+            #expect(signedIn.response.text.contains("data-parley-flow-status=\"completed\""), "\(first): \(signedIn.response.text.prefix(300))")
+            try await Self.age(live, registration)
+            let calls = live.simulator.oauth.resourceCalls["oauth-api", default: 0]
+            let upstreamBefore = live.simulator.totalRequests
+            for path in [
+                "/oauth-api;v=1/payments", "/oauth-api/payments;jsessionid=1", "/OAUTH-API/Payments/7", "/oauth-api(bD1lbg==)/payments",
+                "/oauth-api/pay%6Dents", "/sap(bD1lbg==)/opu/odata/sap/ZPAY_SRV/Payments", "/sap/opu/odata/sap/ZPAY_SRV;o=SYS/Payments",
+                "/sap/opu/odata/sap/zpay_srv/Payments('1')", "/sap/opu/odata/sap/ZPAY_SRV/$batch",
+            ] {
+                let answer = try await live.request("POST", "/v1/proxy" + path, token: token)
+                #expect(answer.status == 401 && answer.json?["code"] as? String == "interaction_required", "\(path): \(answer.status) \(answer.text)")
+            }
+            #expect(live.simulator.oauth.resourceCalls["oauth-api", default: 0] == calls, "a covered call reached the upstream")
+            #expect(live.simulator.totalRequests == upstreamBefore, "\(live.simulator.requestsByRoute)")
+            // What the rules do not cover still passes.
+            #expect(try await live.request("POST", "/v1/proxy/oauth-api/paymentsx", token: token).status == 200)
+
+            // The authorization server ignores the request for a fresh login and answers from alice's
+            // session of an hour ago: its id_token's auth_time is older than the flow.
+            live.simulator.oauth.ignoresFreshLoginRequests = true
+            live.simulator.oauth.ageSessions(by: 3600)
+            let stale = try await live.request("POST", "/v1/proxy/oauth-api/payments", token: token)
+            let staleFlow = try #require(stale.json?["flow"] as? [String: Any])
+            let staleID = try #require(staleFlow["id"] as? String)
+            let silent = try await IdentityTrustLiveTests.signIn(
+                &browser, flowURL: try #require(staleFlow["url"] as? String), username: "alice", password: "wonderland")
+            #expect(silent.response.text.contains("data-parley-flow-status=\"failed\""), "\(silent.response.text.prefix(300))")
+            let failed = try await live.request("GET", "/v1/flows/\(staleID)", token: token)
+            #expect(failed.json?["error"] as? String == "stale_sign_in", "\(failed.text)")
+            #expect(try await live.request("POST", "/v1/proxy/oauth-api/payments", token: token).status == 401)
+
+            // A server that honours it asks alice to sign in now: the step-up passes.
+            live.simulator.oauth.ignoresFreshLoginRequests = false
+            let again = try await live.request("POST", "/v1/proxy/oauth-api/payments", token: token)
+            let againFlow = try #require(again.json?["flow"] as? [String: Any])
+            let fresh = try await IdentityTrustLiveTests.signIn(
+                &browser, flowURL: try #require(againFlow["url"] as? String), username: "alice", password: "wonderland")
+            #expect(fresh.response.text.contains("data-parley-flow-status=\"completed\""), "\(fresh.response.text.prefix(300))")
+            #expect(try await live.request("POST", "/v1/proxy/oauth-api/payments", token: token).status == 200)
+        }
+    }
 }
