@@ -185,6 +185,49 @@ import UpstreamSimulator
         }
     }
 
+    /// An SMP whose second factor guards the registration endpoint itself: the saml2 flow
+    /// completes, Parley's `POST …/Connections` then meets the OTP challenge, and the registration
+    /// waits on an `otp` flow of its own (never on the completed one) until it ends with its APPCID.
+    @Test func aSecondFactorAtTheRegistrationEndpointGetsAFlowOfItsOwnAndEndsWithAnAPPCID() async throws {
+        var options = LiveOptions()
+        options.fixedPorts = true
+        options.simulator.spOTP = .forRegistration
+        try await withLiveParley(destinations: Self.destinations, options: options) { live in
+            Self.registerACS(live)
+            let registered = try await live.json("POST", "/v1/registrations", ["destination": "sp", "deviceType": "phone"])
+            #expect(registered.status == 201 && registered.json?["status"] as? String == "login_required", "\(registered.text)")
+            let token = try #require(registered.json?["clientToken"] as? String)
+            let saml = try #require(registered.json?["flow"] as? [String: Any])
+            #expect(saml["kind"] as? String == "saml2")
+
+            var browser = PlainBrowser()
+            var page = try await browser.open(try #require(saml["url"] as? String))
+            if page.response.text.contains("data-parley-confirm") { page = try await browser.submit(page) }
+            page = try await browser.submit(page)  // the SP's SAML request, to the IdP
+            page = try await browser.submit(page, [("username", "alice"), ("password", "wonderland")])
+            page = try await browser.submit(page)  // the IdP's response, to the ACS through Parley
+            #expect(page.response.text.contains("data-parley-flow-status=\"completed\""), "\(page.url) \(page.response.text.prefix(300))")
+
+            // The registration endpoint asked for the second factor: a new flow, and the app has it.
+            let waiting = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect(waiting.json?["status"] as? String == "login_required", "\(waiting.text)")
+            let otp = try #require(waiting.json?["flow"] as? [String: Any], "\(waiting.text)")
+            #expect(otp["kind"] as? String == "otp" && otp["status"] as? String == "pending", "\(otp)")
+            #expect(otp["id"] as? String != saml["id"] as? String)
+            #expect(waiting.json?["appcid"] is NSNull)
+
+            page = try await browser.open(try #require(otp["url"] as? String))
+            if page.response.text.contains("data-parley-confirm") { page = try await browser.submit(page) }
+            #expect(page.url.contains("/web/sp/otp"), "\(page.url)")
+            page = try await browser.submit(page, [("passcode", live.simulator.otp.currentCode(user: "alice"))])
+            #expect(page.response.text.contains("data-parley-flow-status=\"completed\""), "\(page.url) \(page.response.text.prefix(300))")
+            let me = try await live.request("GET", "/v1/registrations/me", token: token)
+            #expect(me.json?["status"] as? String == "active", "\(me.text)")
+            #expect((me.json?["appcid"] as? String)?.isEmpty == false, "\(me.text)")
+            #expect(live.simulator.otp.verifications == 1)
+        }
+    }
+
     @Test func basicThenOTPIsAnOTPFlowThatTheCallbackCompletes() async throws {
         var options = LiveOptions()
         options.fixedPorts = true
