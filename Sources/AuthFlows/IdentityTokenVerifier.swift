@@ -134,13 +134,19 @@ public final class IdentityTokenVerifier: Sendable {
     let skew: TimeInterval
     let refetchInterval: TimeInterval
     let maxKeySetAge: TimeInterval
+    /// How long past `maxKeySetAge` a key set still checks tokens while every refetch fails: an
+    /// outage of the provider's key endpoint does not stop sign-ins at once, but a key the
+    /// provider withdrew is not trusted for ever either.
+    let maxKeySetStaleness: TimeInterval
     let logger: Logger
     private let state = Mutex<[String: ProviderKeys]>([:])
 
     public init(
         providers: [IdentityProvider], transport: any Transport, clock: any WallClock, skew: Duration = .seconds(60),
-        refetchInterval: Duration = .seconds(60), maxKeySetAge: Duration = .seconds(3600), logger: Logger
+        refetchInterval: Duration = .seconds(60), maxKeySetAge: Duration = .seconds(3600), maxKeySetStaleness: Duration = .seconds(6 * 3600),
+        logger: Logger
     ) {
+        self.maxKeySetStaleness = maxKeySetStaleness.timeInterval
         self.providers = Dictionary(providers.map { ($0.issuer, $0) }, uniquingKeysWith: { first, _ in first })
         self.transport = transport
         self.clock = clock
@@ -311,6 +317,11 @@ public final class IdentityTokenVerifier: Sendable {
         guard let keys = state.withLock({ $0[provider.issuer]?.keys }) else {
             throw IdentityTokenError(.keysUnavailable, "the issuer's keys could not be fetched from its jwksUri")
         }
+        // Refetches keep failing: the old set serves for a bounded time only.
+        guard clock.now.timeIntervalSince(keys.fetchedAt) < maxKeySetAge + maxKeySetStaleness else {
+            throw IdentityTokenError(
+                .keysUnavailable, "the issuer's keys could not be fetched from its jwksUri for too long; the ones fetched before are no longer trusted")
+        }
         switch keys.find(kid: kid, algorithm: algorithm) {
         case .found(let key): return key
         case .wrongAlgorithm: throw Self.wrongAlgorithm
@@ -349,6 +360,26 @@ public final class IdentityTokenVerifier: Sendable {
     /// How many times the provider's keys were fetched (tests).
     public func fetchAttempts(of issuer: String) -> Int { state.withLock { $0[issuer]?.attempts ?? 0 } }
 
+    /// How old each provider's kept key set is, in seconds (for `/metrics`: a set that keeps
+    /// ageing past `maxKeySetAge` means its refetches fail).
+    public func keySetAges() -> [(issuer: String, seconds: Double)] {
+        let now = clock.now
+        return state.withLock { states in
+            states.compactMap { issuer, entry in entry.keys.map { (issuer, max(0, now.timeIntervalSince($0.fetchedAt))) } }
+        }.sorted { $0.issuer < $1.issuer }
+    }
+
+    /// Says, when a refetch failed, how long the kept set still serves.
+    private func staleness(_ provider: IdentityProvider) -> Logger.Metadata {
+        guard let kept = state.withLock({ $0[provider.issuer]?.keys }) else { return ["identity.keys": "none"] }
+        let age = clock.now.timeIntervalSince(kept.fetchedAt)
+        let left = maxKeySetAge + maxKeySetStaleness - age
+        return [
+            "identity.keys.age_seconds": "\(Int(age))",
+            "identity.keys": left > 0 ? .string("still trusted for \(Int(left)) s") : "no longer trusted",
+        ]
+    }
+
     private func fetchKeys(_ provider: IdentityProvider) async -> KeySet? {
         state.withLock { $0[provider.issuer, default: ProviderKeys()].attempts += 1 }
         let request = UpstreamRequest(
@@ -360,17 +391,21 @@ public final class IdentityTokenVerifier: Sendable {
             let response = try await transport.send(request)
             guard response.status == 200 else {
                 response.body.discard()
-                logger.warning("the identity provider's key set could not be fetched", metadata: metadata.merging(["http.status": "\(response.status)"]) { $1 })
+                logger.warning(
+                    "the identity provider's key set could not be fetched",
+                    metadata: metadata.merging(["http.status": "\(response.status)"]) { $1 }.merging(staleness(provider)) { $1 })
                 return nil
             }
             bytes = try await response.body.collect(upTo: Self.maxKeySetBytes)
         } catch {
             let reason = (error as? TransportError)?.description ?? "transport failure"
-            logger.warning("the identity provider's key set could not be fetched", metadata: metadata.merging(["error": .string(reason)]) { $1 })
+            logger.warning(
+                "the identity provider's key set could not be fetched",
+                metadata: metadata.merging(["error": .string(reason)]) { $1 }.merging(staleness(provider)) { $1 })
             return nil
         }
         guard let keys = await KeySet.parse(bytes, fetchedAt: clock.now) else {
-            logger.warning("the identity provider's key set is not a JWK Set", metadata: metadata)
+            logger.warning("the identity provider's key set is not a JWK Set", metadata: metadata.merging(staleness(provider)) { $1 })
             return nil
         }
         if keys.keys.isEmpty {

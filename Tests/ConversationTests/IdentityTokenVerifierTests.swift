@@ -173,6 +173,67 @@ import UpstreamSimulator
         #expect(f.fetches == 2)
     }
 
+    /// The kept set serves while refetches fail, but for a bounded time: a key the provider
+    /// withdrew is not trusted for ever. Its age is what `/metrics` shows.
+    @Test func aKeySetWhoseRefetchesKeepFailingIsTrustedForSevenHoursAtMost() async throws {
+        let f = try Fixture()
+        #expect(await f.refusal(try f.token()) == nil)
+        f.published.withLock { $0 = (503, Array("down".utf8)) }
+        f.clock.advance(by: .seconds(3601))
+        #expect(await f.refusal(try f.token()) == nil)
+        f.clock.advance(by: .seconds(6 * 3600 - 60))
+        #expect(await f.refusal(try f.token()) == nil, "six hours past its hour, still within the grace")
+        let age: Double = 3601 + 6 * 3600 - 60
+        #expect(f.verifier.keySetAges().map(\.seconds) == [age])
+        f.clock.advance(by: .seconds(120))
+        #expect(await f.refusal(try f.token()) == .keysUnavailable, "seven hours old and never refreshed")
+        // The provider is back: the next refetch (a minute after the last) trusts it again.
+        f.published.withLock { $0 = (200, f.signer.jwks) }
+        f.clock.advance(by: .seconds(60))
+        #expect(await f.refusal(try f.token()) == nil)
+        #expect(f.verifier.keySetAges().map(\.seconds) == [0])
+    }
+
+    /// OpenID Connect Back-Channel Logout tokens: what makes one, and what an ID token lacks.
+    @Test func aLogoutTokenNeedsItsEventJtiSubjectAndIatAndNoNonce() async throws {
+        let f = try Fixture()
+        let event: [String: Any] = ["http://schemas.openid.net/event/backchannel-logout": [String: Any]()]
+        let good = try f.token(["events": event, "jti": "j-1"])
+        let verified = try await f.verifier.verifyLogoutToken(good)
+        #expect(verified.identity.subject == "alice-123" && verified.jti == "j-1")
+        func check(_ changes: [String: Any]) async throws -> IdentityTokenError.Check? {
+            let token = try f.token(changes)
+            do {
+                _ = try await f.verifier.verifyLogoutToken(token)
+                return nil
+            } catch {
+                return error.check
+            }
+        }
+        #expect(try await check(["jti": "j-2"]) == .missingClaim, "no events: an ID token")
+        #expect(try await check(["events": ["other": [String: Any]()], "jti": "j-3"]) == .missingClaim)
+        #expect(try await check(["events": event, "jti": "j-4", "nonce": "n"]) == .tokenType)
+        #expect(try await check(["events": event]) == .missingClaim, "no jti")
+        #expect(try await check(["events": event, "jti": "j-5", "iat": NSNull()]) == .missingClaim)
+        #expect(try await check(["events": event, "jti": "j-6", "sub": NSNull()]) == .missingClaim)
+        #expect(try await check(["events": event, "jti": "j-7", "aud": "someone-else"]) == .audience)
+    }
+
+    @Test func theTimesAndTheEmailsVerificationAreRead() async throws {
+        let f = try Fixture()
+        let identity = try await f.verifier.verify(try f.token(["auth_time": Int(f.now) - 600]))
+        #expect(identity.issuedAt == Date(timeIntervalSince1970: Double(Int(f.now))))
+        #expect(identity.authTime == Date(timeIntervalSince1970: Double(Int(f.now) - 600)))
+        #expect(identity.emailVerified)
+        #expect(identity.matchValue(claim: "email") == "Alice@Example.COM")
+        let unverified = try await f.verifier.verify(try f.token(["email_verified": false]))
+        #expect(!unverified.emailVerified)
+        #expect(unverified.matchValue(claim: "email") == nil)
+        #expect(unverified.matchValue(claim: "sub") == "alice-123")
+        // Some providers write the flag as a string.
+        #expect(try await f.verifier.verify(try f.token(["email_verified": "true"])).emailVerified)
+    }
+
     @Test func concurrentVerificationsShareOneFetch() async throws {
         let f = try Fixture()
         let token = try f.token()

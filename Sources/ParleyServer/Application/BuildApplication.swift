@@ -180,6 +180,7 @@ func compose(
             metrics.set(.poolConnections, [("state", "idle")], Double(pool.idle))
             metrics.set(.poolWaiters, [], Double(pool.waiting))
         }
+        for (issuer, seconds) in identityTokens.keySetAges() { metrics.set(.identityKeySetAge, [("issuer", issuer)], seconds) }
         metrics.set(.spoolBytes, [], Double(spool.usedBytes))
         metrics.set(.spoolWrittenBytes, [], Double(spool.bytesWritten))
         metrics.set(.spoolWriteSeconds, [], spool.writeSeconds)

@@ -115,6 +115,7 @@ public final class Metrics: Sendable {
         case cacheHits = "parley_cache_hits"
         case cacheLookups = "parley_cache_lookups"
         case webhookPending = "parley_webhook_pending"
+        case identityKeySetAge = "parley_identity_key_set_age_seconds"
 
         var help: String {
             switch self {
@@ -127,6 +128,8 @@ public final class Metrics: Sendable {
             case .cacheHits: "Lookups answered by a per-instance cache since start, by cache."
             case .webhookPending: "Webhook deliveries waiting to be sent or retried (the backlog), as this instance last counted them."
             case .cacheLookups: "Lookups in a per-instance cache since start, by cache (hit ratio = hits / lookups)."
+            case .identityKeySetAge:
+                "Age of each identity provider's key set as this instance keeps it, by issuer: past an hour its refetches are failing, and past seven hours its tokens are refused."
             }
         }
     }
