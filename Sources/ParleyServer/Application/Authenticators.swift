@@ -34,6 +34,9 @@ struct ClientAuthenticator: RouterMiddleware {
     /// The proxy path may use a lookup at most 500 ms old.
     let cached: Bool
     var agents: AgentAccess? = nil
+    /// A client address that keeps showing tokens that match nothing is refused before the next
+    /// lookup (`PARLEY_RATE_LIMIT_FAILED_CLIENT_TOKENS`): each one costs a database query.
+    var limits: RateLimits? = nil
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let token = bearerToken(request) else { throw Problem.invalidClientToken }
@@ -43,7 +46,14 @@ struct ClientAuthenticator: RouterMiddleware {
                 token: token, destinationName: request.headers[.parleyDestination], cached: cached,
                 logger: context.logger)
         } else {
-            found = try await clientTokens.registration(token: token, cached: cached)
+            var client: String?
+            found = try await clientTokens.registration(token: token, cached: cached) {
+                guard let limits else { return }
+                let address = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+                client = address
+                try limits.checkClientTokenAllowed(client: address)
+            }
+            if found == nil, let limits, let client { limits.recordFailedClientToken(client: client) }
         }
         guard let registration = found else { throw Problem.invalidClientToken }
         var context = context

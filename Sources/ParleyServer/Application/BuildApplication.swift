@@ -42,6 +42,8 @@ public struct ParleyDependencies: Sendable {
     public var events: (any EventRepository)?
     /// The revocations' not-befores and the logout tokens taken.
     public var notBefores: any NotBeforeRepository = InMemoryNotBefores()
+    /// The live instances, among which every limit is shared out.
+    public var instances: any InstanceRepository = SingleInstance()
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
@@ -79,6 +81,7 @@ public struct ParleyDependencies: Sendable {
             clock: clock, services: [store, listener, signals])
         dependencies.events = PostgresEvents(store: store)
         dependencies.notBefores = PostgresNotBefores(store: store)
+        dependencies.instances = PostgresInstances(store: store)
         dependencies.storeStatistics = {
             let s = store.statistics
             return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
@@ -106,7 +109,9 @@ func compose(
     let secrets = Secrets(keyRing: configuration.keys.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
-    let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics)
+    // Every limit holds for the cluster: each instance enforces its part.
+    let cluster = ClusterShare(repository: d.instances, logger: logger)
+    let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics, share: cluster)
     let usage = TokenUsage()
     let reconnects = Reconnects()
     let broker = OAuth2Broker(
@@ -181,6 +186,7 @@ func compose(
             metrics.set(.poolWaiters, [], Double(pool.waiting))
         }
         for (issuer, seconds) in identityTokens.keySetAges() { metrics.set(.identityKeySetAge, [("issuer", issuer)], seconds) }
+        metrics.set(.clusterInstances, [], Double(cluster.instances))
         metrics.set(.spoolBytes, [], Double(spool.usedBytes))
         metrics.set(.spoolWrittenBytes, [], Double(spool.bytesWritten))
         metrics.set(.spoolWriteSeconds, [], spool.writeSeconds)
@@ -223,16 +229,17 @@ func compose(
             signInWaits: SignInWaits(invalidation: invalidation)),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
-            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics)),
+            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics, share: cluster)),
         flowAdmission: FlowAdmission(
             limits: limits,
             inFlight: InFlightLimits(
                 perKey: configuration.limits.maxInFlightFlowsPerRegistration, subject: "this registration", countingRefusalsIn: metrics,
-                as: "flows_in_flight")),
+                as: "flows_in_flight", share: cluster)),
         hostedUpstreamAdmission: HostedUpstreamAdmission(
             limits: limits,
             inFlight: InFlightLimits(
-                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight"),
+                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight",
+                share: cluster),
             pages: pages),
         adminAuthenticator: AdminAuthenticator(
             tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
@@ -242,7 +249,8 @@ func compose(
         webHandover: binding.handover.map {
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
         }, agents: agents, pageAssets: pages.assets,
-        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, notBefores: notBefores, administration: administration))
+        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, notBefores: notBefores, administration: administration),
+        pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits)
 
     let routeTable = RouteTable()
     for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
@@ -274,8 +282,8 @@ func compose(
         tokens: d.tokens, broker: broker, configurator: configurator, destinations: configuration.destinations,
         lead: configuration.housekeeping.refreshAhead, interval: configuration.housekeeping.refreshAheadInterval,
         perDestination: configuration.housekeeping.refreshAheadPerDestination, perServer: configuration.housekeeping.refreshAheadPerServer,
-        clock: d.clock, logger: logger)
-    var services: [any Service] = [invalidation, housekeeping, refreshAhead]
+        clock: d.clock, logger: logger, share: cluster)
+    var services: [any Service] = [cluster, invalidation, housekeeping, refreshAhead]
     if let events = d.events {
         services.append(
             WebhookDelivery(events: events, endpoints: configuration.webhooks, transport: d.transport, metrics: metrics, clock: d.clock, logger: logger))

@@ -458,7 +458,7 @@ extension CurlTransport.Configuration {
 
 extension RateLimitSettings {
     /// `PARLEY_RATE_LIMIT_REGISTRATIONS`, `…_PROXY`, `…_TOKEN_CALLS`, `…_FAILED_LOGINS`, `…_WEB`,
-    /// `…_FLOWS`, `…_FAILED_ADMIN` (`N/S` or `off`, unset keeps the default) and
+    /// `…_FLOWS`, `…_FAILED_ADMIN`, `…_PAGES`, `…_FAILED_CLIENT_TOKENS` (`N/S` or `off`, unset keeps the default) and
     /// `PARLEY_TRUSTED_PROXIES` (addresses and CIDR ranges; an entry that is neither is a
     /// problem named by its position).
     init(reading settings: SettingsReader) {
@@ -479,6 +479,8 @@ extension RateLimitSettings {
         limit("web", \.web)
         limit("flows", \.flows)
         limit("failed_admin", \.failedAdmin)
+        limit("pages", \.pages)
+        limit("failed_client_tokens", \.failedClientTokens)
         trustedProxies = []
         for (index, entry) in settings.list("trusted_proxies").enumerated() {
             guard let range = IPRange(entry) else {

@@ -24,6 +24,9 @@ struct Controllers: Sendable {
     let pageAssets: PageAssets
     /// OpenID Connect Back-Channel Logout from the listed identity providers.
     let backChannelLogout: BackChannelLogoutController
+    /// The rate limit of Parley's own pages and callbacks, per client address.
+    let pageAdmission: PageAdmission
+    let limits: RateLimits
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -40,8 +43,11 @@ func addRoutes(
     router.get("/.well-known/jwks.json", use: c.operations.jwks)
     router.get("/.well-known/saml-metadata.xml", use: c.operations.samlMetadata)
     router.get("/.well-known/oauth-protected-resource", use: c.operations.protectedResource)
+    // Parley's pages, callbacks and the identity providers' logout: no authentication, and each
+    // request costs a database query, so each client address has a rate limit.
+    let pages = router.group().add(middleware: c.pageAdmission)
     // Identity providers: a user's sessions ended (the logout token's signature is its authentication).
-    router.post("/backchannel-logout", use: c.backChannelLogout.logout)
+    pages.post("/backchannel-logout", use: c.backChannelLogout.logout)
 
     // Thin clients. Registering needs no token; everything else needs the client token (or an
     // agent's access token). Every 401 here names Parley's protected-resource metadata.
@@ -49,7 +55,7 @@ func addRoutes(
     router.group("/v1/registrations").add(middleware: challenge).add(middleware: c.registrationAdmission).post(use: c.registrations.create)
     let client = router.group("/v1")
         .add(middleware: challenge)
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false, agents: c.agents))
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false, agents: c.agents, limits: c.limits))
         .group(context: ClientRequestContext.self)
     client.get("registrations/me", use: c.registrations.me)
     client.delete("registrations/me", use: c.registrations.delete)
@@ -60,7 +66,7 @@ func addRoutes(
     // The proxy: any forwarded method, the raw target judged by the handler.
     let proxy = router.group("/v1/proxy")
         .add(middleware: challenge)
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents))
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents, limits: c.limits))
         .add(middleware: c.proxyAdmission)
         .group(context: ClientRequestContext.self)
     for method in ProxyController.methods {
@@ -69,12 +75,12 @@ func addRoutes(
     }
 
     // Browsers: the hosted pages every flow shares, then each flow kind's own routes.
-    router.get("/flows/{id}", use: c.flowPages.start)
-    router.post("/flows/{id}/confirm", use: c.flowPages.confirm)
-    router.get("/flows/{id}/done", use: c.flowPages.done)
+    pages.get("/flows/{id}", use: c.flowPages.start)
+    pages.post("/flows/{id}/confirm", use: c.flowPages.confirm)
+    pages.get("/flows/{id}/done", use: c.flowPages.done)
     router.get("/pages/{file}", use: c.pageAssets.serve)
     for route in c.flowRoutes {
-        for method in route.methods { router.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
+        for method in route.methods { pages.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
     }
     // The hosted upstream of saml2 and otp flows: a bound browser sees the destination here.
     let web = router.group("/web").add(middleware: c.hostedUpstreamAdmission)
@@ -84,8 +90,8 @@ func addRoutes(
     }
     // With a web origin of its own, the browser is handed over to it (`WebHandover`).
     if let handover = c.webHandover {
-        router.get("/flows/{id}/bind", use: handover.ticket)
-        router.get("/web-bind/{destination}", use: handover.bind)
+        pages.get("/flows/{id}/bind", use: handover.ticket)
+        pages.get("/web-bind/{destination}", use: handover.bind)
     }
 
     // Administrators (admin token).

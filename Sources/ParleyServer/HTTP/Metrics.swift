@@ -116,6 +116,7 @@ public final class Metrics: Sendable {
         case cacheLookups = "parley_cache_lookups"
         case webhookPending = "parley_webhook_pending"
         case identityKeySetAge = "parley_identity_key_set_age_seconds"
+        case clusterInstances = "parley_cluster_instances"
 
         var help: String {
             switch self {
@@ -128,6 +129,7 @@ public final class Metrics: Sendable {
             case .cacheHits: "Lookups answered by a per-instance cache since start, by cache."
             case .webhookPending: "Webhook deliveries waiting to be sent or retried (the backlog), as this instance last counted them."
             case .cacheLookups: "Lookups in a per-instance cache since start, by cache (hit ratio = hits / lookups)."
+            case .clusterInstances: "Live instances this instance counts (its heartbeat in PostgreSQL): every limit is shared out among them."
             case .identityKeySetAge:
                 "Age of each identity provider's key set as this instance keeps it, by issuer: past an hour its refetches are failing, and past seven hours its tokens are refused."
             }

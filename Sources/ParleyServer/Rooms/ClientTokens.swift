@@ -13,10 +13,12 @@ final class ClientTokens: Sendable {
 
     init(registrations: any RegistrationRepository) { self.registrations = registrations }
 
-    func registration(token: String, cached: Bool) async throws -> RegistrationRecord? {
+    /// `beforeLookup` runs when the answer must come from the database (a rate limit may refuse it there).
+    func registration(token: String, cached: Bool, beforeLookup: () throws -> Void = {}) async throws -> RegistrationRecord? {
         guard !token.isEmpty, token.utf8.count <= Self.maxTokenBytes else { return nil }
         let hash = SecretToken.hash(token)
         if cached, let registration = recent.value(for: hash) { return registration }
+        try beforeLookup()
         let mark = recent.mark()
         guard let registration = try await registrations.find(clientTokenHash: hash) else { return nil }
         if cached { recent.set(registration, for: hash, readSince: mark) }

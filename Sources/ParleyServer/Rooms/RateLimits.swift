@@ -26,8 +26,8 @@ public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(count)/\(period.components.seconds)" }
 }
 
-/// The limits of one instance (state per instance: behind a balancer, a client meets
-/// each instance's own limit; docs/decisions.md says why that is acceptable).
+/// The limits of the cluster: each instance keeps its buckets in memory and enforces its part
+/// of every limit, shared out among the live instances (`ClusterShare`; docs/decisions.md).
 public struct RateLimitSettings: Sendable, Equatable {
     /// `POST /v1/registrations` per client address.
     public var registrations: RateLimit?
@@ -44,13 +44,21 @@ public struct RateLimitSettings: Sendable, Equatable {
     public var flows: RateLimit?
     /// Failed admin authentications per client address.
     public var failedAdmin: RateLimit?
+    /// Parley's own pages and callbacks (`/flows/…`, `/callback/…`, `/backchannel-logout`) per
+    /// client address: each costs a database query, and nobody has authenticated yet.
+    public var pages: RateLimit?
+    /// Client tokens that matched no registration, per client address.
+    public var failedClientTokens: RateLimit?
     /// Peers whose `X-Forwarded-For` names the client: addresses and CIDR ranges.
     public var trustedProxies: [IPRange]
 
     public init(
         registrations: RateLimit? = nil, proxy: RateLimit? = nil, tokenCalls: RateLimit? = nil, failedLogins: RateLimit? = nil,
-        web: RateLimit? = nil, flows: RateLimit? = nil, failedAdmin: RateLimit? = nil, trustedProxies: [IPRange] = []
+        web: RateLimit? = nil, flows: RateLimit? = nil, failedAdmin: RateLimit? = nil, pages: RateLimit? = nil,
+        failedClientTokens: RateLimit? = nil, trustedProxies: [IPRange] = []
     ) {
+        self.pages = pages
+        self.failedClientTokens = failedClientTokens
         self.registrations = registrations
         self.proxy = proxy
         self.tokenCalls = tokenCalls
@@ -66,7 +74,8 @@ public struct RateLimitSettings: Sendable, Equatable {
         registrations: RateLimit(count: 30, period: .seconds(60)), proxy: RateLimit(count: 1000, period: .seconds(10)),
         tokenCalls: RateLimit(count: 120, period: .seconds(60)), failedLogins: RateLimit(count: 10, period: .seconds(900)),
         web: RateLimit(count: 600, period: .seconds(60)), flows: RateLimit(count: 30, period: .seconds(60)),
-        failedAdmin: RateLimit(count: 10, period: .seconds(300)))
+        failedAdmin: RateLimit(count: 10, period: .seconds(300)), pages: RateLimit(count: 300, period: .seconds(60)),
+        failedClientTokens: RateLimit(count: 60, period: .seconds(60)))
 }
 
 /// Token buckets by key, in memory, bounded in size. Buckets age out by time: one that
@@ -87,17 +96,28 @@ final class RateLimiter: Sendable {
     private let limit: RateLimit?
     private let clock: any WallClock
     private let capacity: Int
+    /// The cluster the limit holds for: this instance enforces its part (nil: alone).
+    private let share: ClusterShare?
     private let state = Mutex(State())
 
-    init(_ limit: RateLimit?, clock: any WallClock, capacity: Int = 100_000) {
+    init(_ limit: RateLimit?, clock: any WallClock, capacity: Int = 100_000, share: ClusterShare? = nil) {
         self.limit = limit
         self.clock = clock
         self.capacity = max(1, capacity)
+        self.share = share
     }
 
+    /// This instance's refill rate: the limit's, shared out among the live instances.
     private var perSecond: Double {
         guard let limit else { return 0 }
-        return Double(limit.count) / max(1, Double(limit.period.components.seconds))
+        let rate = Double(limit.count) / max(1, Double(limit.period.components.seconds))
+        return share?.fraction(of: rate) ?? rate
+    }
+
+    /// This instance's burst: its part of the limit's count, never less than one event.
+    private var burst: Double {
+        guard let limit else { return 0 }
+        return max(1, share?.fraction(of: Double(limit.count)) ?? Double(limit.count))
     }
 
     /// Takes one event for `key`: nil when allowed, else how long until one is.
@@ -113,7 +133,7 @@ final class RateLimiter: Sendable {
         guard let limit else { return nil }
         let now = clock.now
         let rate = perSecond
-        let full = Double(limit.count)
+        let full = burst
         return state.withLock { state in
             var bucket = state.buckets[key] ?? Bucket(tokens: full, at: now)
             bucket.tokens = min(full, bucket.tokens + max(0, now.timeIntervalSince(bucket.at)) * rate)
@@ -160,17 +180,24 @@ struct RateLimits: Sendable, TokenCallGate {
     let web: RateLimiter
     let flows: RateLimiter
     let failedAdmin: RateLimiter
+    /// Parley's own browser pages and callbacks (`/flows/…`, `/callback/…`, `/backchannel-logout`) per client address.
+    let pages: RateLimiter
+    /// Client tokens that matched no registration, per client address (each one cost a lookup).
+    let failedClientTokens: RateLimiter
     let metrics: Metrics
 
-    init(settings: RateLimitSettings, clock: any WallClock, metrics: Metrics, capacity: Int = 100_000) {
+    init(settings: RateLimitSettings, clock: any WallClock, metrics: Metrics, capacity: Int = 100_000, share: ClusterShare? = nil) {
         self.settings = settings
-        registrations = RateLimiter(settings.registrations, clock: clock, capacity: capacity)
-        proxy = RateLimiter(settings.proxy, clock: clock, capacity: capacity)
-        tokenCalls = RateLimiter(settings.tokenCalls, clock: clock, capacity: capacity)
-        failedLogins = RateLimiter(settings.failedLogins, clock: clock, capacity: capacity)
-        web = RateLimiter(settings.web, clock: clock, capacity: capacity)
-        flows = RateLimiter(settings.flows, clock: clock, capacity: capacity)
-        failedAdmin = RateLimiter(settings.failedAdmin, clock: clock, capacity: capacity)
+        func limiter(_ limit: RateLimit?) -> RateLimiter { RateLimiter(limit, clock: clock, capacity: capacity, share: share) }
+        registrations = limiter(settings.registrations)
+        proxy = limiter(settings.proxy)
+        tokenCalls = limiter(settings.tokenCalls)
+        failedLogins = limiter(settings.failedLogins)
+        web = limiter(settings.web)
+        flows = limiter(settings.flows)
+        failedAdmin = limiter(settings.failedAdmin)
+        pages = limiter(settings.pages)
+        failedClientTokens = limiter(settings.failedClientTokens)
         self.metrics = metrics
     }
 
@@ -216,6 +243,16 @@ struct RateLimits: Sendable, TokenCallGate {
     }
 
     func recordFailedAdmin(client: String) { _ = failedAdmin.take(client) }
+
+    /// Before a client token is looked up: refused while the client address has shown too many
+    /// that matched nothing (each costs a database lookup).
+    func checkClientTokenAllowed(client: String) throws(Problem) {
+        guard let wait = failedClientTokens.exhausted(client) else { return }
+        metrics.increment(.rateLimited, [("limit", "failed_client_tokens")])
+        throw Problem.rateLimited(retryAfter: wait, detail: "too many unknown client tokens; try again after Retry-After seconds")
+    }
+
+    func recordFailedClientToken(client: String) { _ = failedClientTokens.take(client) }
 
     /// Before a Basic or password check: refused while any of the attempt's keys has failed too often.
     func checkLoginAllowed(_ attempt: LoginAttempt) throws(Problem) {

@@ -31,6 +31,8 @@ struct RefreshAhead: Service {
     var perServer: Int = 100
     let clock: any WallClock
     let logger: Logger
+    /// The cluster the budgets hold for: each instance takes its part of each per look.
+    var share: ClusterShare? = nil
 
     func run() async throws {
         // A service that ends stops the whole server (the group's rule): with nothing to do, wait.
@@ -49,6 +51,8 @@ struct RefreshAhead: Service {
     /// One look: the tokens due, soonest first; how many refreshes it started.
     @discardableResult
     func look() async -> Int {
+        let perDestination = share?.part(of: self.perDestination) ?? self.perDestination
+        let perServer = share?.part(of: self.perServer) ?? self.perServer
         let before = clock.now.addingTimeInterval(lead.timeInterval)
         let due: [(TokenKey, StoredToken)]
         do {

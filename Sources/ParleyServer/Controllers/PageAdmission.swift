@@ -1,0 +1,22 @@
+import HTTPTypes
+import Hummingbird
+
+/// Who may open Parley's own pages and callbacks now (`/flows/…`, `/callback/…`,
+/// `/backchannel-logout`): nobody has authenticated there, and every request costs a database
+/// query, so each client address has a rate limit (`PARLEY_RATE_LIMIT_PAGES`, shared out among
+/// the instances like every limit). A refusal is an HTML page with `Retry-After`: a browser is reading.
+struct PageAdmission: RouterMiddleware {
+    typealias Context = ParleyRequestContext
+    let limits: RateLimits
+    let pages: Pages
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        do throws(Problem) {
+            try limits.check(limits.pages, client, kind: "pages")
+        } catch {
+            return pages.problem(error, for: request)
+        }
+        return try await next(request, context)
+    }
+}
