@@ -36,8 +36,12 @@ import Testing
             let cookie = request.headers["Cookie"] ?? ""
             guard let url = URLParts(request.url) else { return .text(400) }
             if url.host == "form.example" {
-                return request.headers["Authorization"] == "Basic YWxpY2U6d29uZGVybGFuZA=="
-                    ? .text(200, "{\"ok\":true}") : .text(401, headers: ["WWW-Authenticate": "Basic realm=\"form\""])
+                switch request.headers["Authorization"] {
+                case "Basic YWxpY2U6d29uZGVybGFuZA==": return .text(200, "{\"ok\":true}")
+                case "Basic bWFsbG9yeTp4": return .text(403, "forbidden")  // mallory:x, a user it will not let in
+                case "Basic Ym9iOmJ1aWxkZXI=": return .text(500, "broken")  // bob:builder, while the upstream fails
+                default: return .text(401, headers: ["WWW-Authenticate": "Basic realm=\"form\""])
+                }
             }
             let saml = cookie.contains("SP=ok")
             let otp = cookie.contains("OTP=ok")
@@ -437,6 +441,31 @@ import Testing
             let sealed = try #require(registrations.all.first?.credentialsSealed)
             #expect(!String(decoding: sealed, as: UTF8.self).contains("wonderland"))
             #expect(try await client.execute(uri: "/v1/proxy/api", method: .get, headers: [.authorization: "Bearer \(token)"]).status == .ok)
+        }
+    }
+
+    /// A sign-in is what the upstream answers a signed-in user: a 2xx or 3xx. A 403 or a 5xx to
+    /// the form's credentials is no sign-in, and nothing is kept.
+    @Test func basicFormTakesOnlyAnAnswerASignedInUserGets() async throws {
+        let registrations = InMemoryRegistrations()
+        let flows = InMemoryFlows()
+        try await Self.withRouter(FakeUpstream(), registrations: registrations, flows: flows) { client in
+            let token = try await Self.register(client, "form")
+            let (id, start) = try await Self.interaction(client, token: token, path: "/v1/proxy/api", kind: "basic")
+            let k = String(start.split(separator: "k=").last ?? "")
+            try await FlowConfirmationRouterTests.confirm(client, start) { #expect($0.status == .ok) }
+            let form: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            for credentials in ["username=mallory&password=x", "username=bob&password=builder"] {
+                try await client.execute(
+                    uri: "/flows/\(id)/credentials", method: .post, headers: form, body: ByteBuffer(string: "k=\(k)&\(credentials)")
+                ) { response in
+                    #expect(response.status == .ok, "\(credentials)")
+                    #expect(String(buffer: response.body).contains("role=\"alert\""), "\(credentials): the form again, with its error")
+                }
+            }
+            #expect(registrations.all.first?.credentialsSealed == nil)
+            #expect(registrations.all.first?.user == nil, "a refused sign-in bound the registration")
+            #expect(flows.all.first { $0.idString == id }?.status == .pending)
         }
     }
 

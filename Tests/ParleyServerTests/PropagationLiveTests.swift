@@ -168,8 +168,10 @@ import UpstreamSimulator
 
             // RFC 7522: a SAML 2.0 assertion Parley signs (XML signature, libxmlsec1), refused until
             // the server imports Parley's SAML metadata, then the NameID is the user's e-mail.
+            // alice signed in at her identity provider two minutes ago: the assertion says so.
+            let signedInAt = Date().timeIntervalSince1970.rounded(.down) - 120
             let samlBearer = try await Self.register(
-                parley, "saml-bearer", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com"]))
+                parley, "saml-bearer", try await mint(["sub": "alice-1", "aud": "parley", "email": "alice@example.com", "iat": signedInAt]))
             #expect(try await Self.call(parley, samlBearer).status == 403)
             let metadata = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/saml-metadata.xml")
             #expect(metadata.status == 200 && metadata.header("Content-Type") == "application/samlmetadata+xml")
@@ -181,6 +183,9 @@ import UpstreamSimulator
             let viaSAML = try await Self.call(parley, samlBearer)
             #expect(viaSAML.status == 200 && viaSAML.json?["grant"] as? String == "saml2_bearer", "\(viaSAML.text)")
             #expect(viaSAML.json?["sub"] as? String == "alice@example.com")
+            let assertionXML = try #require(simulator.oauth.lastAssertion(grant: "saml2_bearer"))
+            let instant = Date(timeIntervalSince1970: signedInAt).formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
+            #expect(assertionXML.contains("AuthnInstant=\"\(instant)\""), "AuthnInstant is not when alice signed in (\(instant))")
             // xmlsec1 verifies its signature with the metadata's certificate; pysaml2 reads what it says.
             try Data(metadata.body).write(to: URL(fileURLWithPath: scratch + "/metadata.xml"))
             try Data(try #require(simulator.oauth.lastAssertion(grant: "saml2_bearer")).utf8).write(to: URL(fileURLWithPath: scratch + "/assertion.xml"))

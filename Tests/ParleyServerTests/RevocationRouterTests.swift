@@ -28,7 +28,8 @@ import Testing
     }
 
     static func withRouter(
-        _ upstream: Upstream, tokens: InMemoryTokens, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+        _ upstream: Upstream, tokens: InMemoryTokens, cookies: InMemoryCookies = InMemoryCookies(),
+        _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
         func spec(_ name: String, _ grant: String) throws -> Destination {
             var d = DestinationSpec(name: name, url: "https://\(name).example")
@@ -43,7 +44,6 @@ import Testing
             keys: .init(keyRing: testKeyRing(), adminTokens: [RouterTests.adminToken]),
             destinations: [try spec("code", "authorization_code"), try spec("cc", "client_credentials")])
         let registrations = InMemoryRegistrations()
-        let cookies = InMemoryCookies()
         let audit = InMemoryAudit()
         let dependencies = ParleyDependencies.inMemory(
             transport: FakeTransport { upstream.answer($0) }, registrations: registrations, cookies: cookies, tokens: tokens, audit: audit)
@@ -94,6 +94,33 @@ import Testing
             #expect(try await Self.revoke(client, #"{"destination":"cc"}"#)["revoked"] as? Int == 0)
             #expect(try await client.execute(uri: "/v1/proxy/x", method: .get, headers: auth).status == .ok)
             #expect(upstream.tokenCalls.withLock { $0 } == 2)
+        }
+    }
+
+    /// A revocation by user hint or by destination names registrations: their cookie jars go
+    /// with their tokens (a session cookie is a credential too). With a scope key it names tokens only.
+    @Test func aRevocationByUserHintOrDestinationTakesTheCookieJarsToo() async throws {
+        let cookies = InMemoryCookies()
+        try await Self.withRouter(Upstream(), tokens: InMemoryTokens(), cookies: cookies) { client in
+            func register(_ hint: String) async throws -> String {
+                let created = RouterTests.json(
+                    try await client.execute(
+                        uri: "/v1/registrations", method: .post, body: ByteBuffer(string: #"{"destination":"code","userHint":"\#(hint)"}"#)).body)
+                let id = try #require(created["id"] as? String)
+                let session = StoredCookie(
+                    name: "SESSION", value: "s-\(hint)", domain: "code.example", path: "/", hostOnly: true, secure: true, httpOnly: true, expiresAt: nil)
+                try await cookies.apply(registrationID: id, store: [session], delete: [])
+                return id
+            }
+            let alice = try await register("alice")
+            let bob = try await register("bob")
+            #expect(try await Self.revoke(client, #"{"destination":"code","scopeKey":"https://code.example"}"#)["revoked"] as? Int == 0)
+            #expect(try await cookies.cookies(registrationID: alice).count == 1, "a scope key names tokens, not sessions")
+            #expect(try await Self.revoke(client, #"{"userHint":"alice"}"#)["revoked"] as? Int == 1)
+            #expect(try await cookies.cookies(registrationID: alice).isEmpty)
+            #expect(try await cookies.cookies(registrationID: bob).count == 1)
+            #expect(try await Self.revoke(client, #"{"destination":"code"}"#)["revoked"] as? Int == 1)
+            #expect(try await cookies.cookies(registrationID: bob).isEmpty)
         }
     }
 }

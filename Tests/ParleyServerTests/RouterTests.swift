@@ -81,7 +81,8 @@ import Testing
         let routes = Set(router.routes.map { "\($0.method.rawValue) \($0.path)" })
         var expected: Set<String> = [
             "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json", "GET /.well-known/jwks.json", "GET /.well-known/saml-metadata.xml",
-            "GET /.well-known/oauth-protected-resource", "POST /v1/registrations", "GET /v1/registrations/me", "DELETE /v1/registrations/me", "PUT /v1/registrations/me/identity",
+            "GET /.well-known/oauth-protected-resource", "POST /backchannel-logout", "POST /v1/registrations", "GET /v1/registrations/me",
+            "DELETE /v1/registrations/me", "PUT /v1/registrations/me/identity",
             "POST /v1/flows", "GET /v1/flows/{id}",
             "GET /flows/{id}", "GET /flows/{id}/done", "GET /pages/{file}", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
             "POST /flows/{id}/credentials", "POST /flows/{id}/confirm",

@@ -31,7 +31,7 @@ final class ClusterShare: Service, Sendable {
     /// This instance's part of a cluster-wide `total`: an equal share, rounded up, at least 1.
     func part(of total: Int) -> Int {
         let n = instances
-        return max(1, (total + n - 1) / n)
+        return max(1, total / n + (total % n == 0 ? 0 : 1))
     }
 
     /// This instance's part of a cluster-wide rate or count, unrounded.
