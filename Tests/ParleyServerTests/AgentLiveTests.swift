@@ -56,9 +56,11 @@ import UpstreamSimulator
             body: try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? [])
     }
 
-    /// The real binary on a fresh database with `destinationsFile`, the simulator beside it, and
-    /// `PARLEY_RESOURCE` set, for `body`; stopped after.
+    /// The real binary on a fresh database with `destinations` (the path of a file for the
+    /// simulator's URL; default `destinationsFile`), the simulator beside it trusting Parley's
+    /// signing keys, `PARLEY_RESOURCE` set and `environment` added, for `body`; stopped after.
     static func withAgentParley(
+        destinations: (String) throws -> String = { try AgentLiveTests.destinationsFile($0) }, environment: [String: String] = [:],
         _ body: (_ parley: ParleyProcess, _ database: String, _ simulatorPort: Int, _ simulator: SimulatorState) async throws -> Void
     ) async throws {
         let postgres = try await PostgresServer.shared()
@@ -68,11 +70,12 @@ import UpstreamSimulator
         let signing = try TestSigningKeys.generate()
         defer { signing.remove() }
         try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
-            let parley = try await ParleyProcess.start(environment: [
-                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys,
-                "PARLEY_DESTINATIONS": try Self.destinationsFile("http://127.0.0.1:\(simulatorPort)"), "PARLEY_RESOURCE": Self.resource,
-                "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug", "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath)",
-            ])
+            let parley = try await ParleyProcess.start(
+                environment: [
+                    "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys,
+                    "PARLEY_DESTINATIONS": try destinations("http://127.0.0.1:\(simulatorPort)"), "PARLEY_RESOURCE": Self.resource,
+                    "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_LOG_LEVEL": "debug", "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath)",
+                ].merging(environment) { $1 })
             defer { Task { await parley.stop() } }
             let jwks = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/jwks.json")
             simulator.oauth.trustedAssertionKeys = jwks.body

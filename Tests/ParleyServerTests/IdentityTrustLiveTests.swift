@@ -10,7 +10,7 @@ import UpstreamSimulator
 /// Browsers are `PlainBrowser`s: these sign-ins are redirects and forms only.
 @Suite(.serialized) struct IdentityTrustLiveTests {
     static let keys = "k1:" + Data(repeating: 3, count: 32).base64EncodedString()
-    static let adminToken = "admin-token-trust-000001-0123456789abcdefghijk"
+    static let adminToken = AgentLiveTests.adminToken
 
     /// The corporate authorization server of `corp` as an OpenID Connect provider.
     static func oauth(_ corp: String) -> String {
@@ -74,13 +74,6 @@ import UpstreamSimulator
     {
         var headers: [(String, String)] = []
         if let token { headers.append(("Authorization", "Bearer \(token)")) }
-        if body != nil { headers.append(("Content-Type", "application/json")) }
-        return try await RawHTTP.request(
-            port: parley.port, method: method, target: target, headers: headers, body: try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? [])
-    }
-
-    static func admin(_ parley: ParleyProcess, _ method: String, _ target: String, body: [String: Any]? = nil) async throws -> RawHTTPResponse {
-        var headers = [("Authorization", "Bearer \(adminToken)")]
         if body != nil { headers.append(("Content-Type", "application/json")) }
         return try await RawHTTP.request(
             port: parley.port, method: method, target: target, headers: headers, body: try body.map { Array(try JSONSerialization.data(withJSONObject: $0)) } ?? [])
@@ -272,5 +265,40 @@ import UpstreamSimulator
             #expect(try await store.query("SELECT name FROM cookies WHERE registration_id = \(id)").isEmpty, "the SP's session reached the jar")
             #expect(try await store.query("SELECT id FROM registrations WHERE id = \(id) AND signed_in_at IS NOT NULL").isEmpty)
         }
+    }
+
+    /// An assertion Parley signs names the user, not the provider: the authorization server would
+    /// get the same assertion for the partner's alice and the corporate alice. So a destination for
+    /// which Parley signs takes one provider's users, and the binary refuses to start otherwise.
+    @Test func aDestinationParleySignsForTakesTheUsersOfOneProvider() async throws {
+        let postgres = try await PostgresServer.shared()
+        let database = try await postgres.createDatabase()
+        let signing = try TestSigningKeys.generate()
+        defer { signing.remove() }
+        func start(_ providers: String) async throws -> ParleyProcess {
+            let file = try ScratchFile.write(
+                """
+                identityProviders:
+                  - { issuer: "https://corp.example", jwksUri: "https://corp.example/keys", audiences: [parley] }
+                  - { issuer: "https://partner.example", jwksUri: "https://partner.example/keys", audiences: [parley] }
+                destinations:
+                  - name: sap
+                    url: https://sap.example
+                    identity: { providers: [\(providers)] }
+                    registration: { identity: required }
+                    oauth2: { grant: jwt_bearer, assertion: parley, tokenEndpoint: "https://sap.example/token", clientId: parley, clientSecret: s }
+                """, suffix: ".yaml")
+            return try await ParleyProcess.start(
+                environment: [
+                    "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": file,
+                    "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath)",
+                ], waitForReady: false)
+        }
+        let both = try await start(#""https://corp.example", "https://partner.example""#)
+        #expect(try await both.waitForExit() == 78)
+        #expect(both.log.contains("may take the users of one identity provider"), "\(both.log.suffix(800))")
+        let one = try await start(#""https://corp.example""#)
+        try await one.waitForOutput("parley ready", timeout: .seconds(30))
+        await one.stop()
     }
 }

@@ -10,53 +10,41 @@ import UpstreamSimulator
 /// provider's back-channel logout each leave the user (or client) refused until a token issued
 /// after it: no grant runs from the kept identity, no implicit registration comes back.
 @Suite(.serialized) struct RevocationLiveTests {
-    static let keys = "k1:" + Data(repeating: 4, count: 32).base64EncodedString()
-    static let adminToken = IdentityTrustLiveTests.adminToken
-    static let resource = "https://parley.example/agents"
+    static let resource = AgentLiveTests.resource
     static let exchange = "urn:ietf:params:oauth:grant-type:token-exchange"
 
     static func withParley(
         _ body: (_ parley: ParleyProcess, _ simulatorPort: Int, _ simulator: SimulatorState, _ store: PostgresStore) async throws -> Void
     ) async throws {
-        let postgres = try await PostgresServer.shared()
-        let database = try await postgres.createDatabase()
-        let signing = try TestSigningKeys.generate()
-        defer { signing.remove() }
-        try await withRunningSimulator(logger: quietLogger) { simulatorPort, simulator in
-            let sim = "http://127.0.0.1:\(simulatorPort)"
-            let grant = """
-                    oauth2:
-                      grant: token_exchange
-                      audience: https://backend.example
-                      tokenEndpoint: \(sim)/oauth/token
-                      revocationEndpoint: \(sim)/oauth/revoke
-                      clientId: parley-confidential
-                      clientSecret: s3cret
-                """
-            let file = try ScratchFile.write(
-                """
-                \(PropagationLiveTests.simulatorIdentityProvider(sim))
-                destinations:
-                  - name: exchange
-                    url: \(sim)
-                    registration: { identity: required }
-                \(grant)
-                  - name: agents-exchange
-                    url: \(sim)
-                    registration: { implicit: true, identity: required }
-                \(grant)
-                """, suffix: ".yaml")
-            let parley = try await ParleyProcess.start(environment: [
-                "PARLEY_DATABASE_URL": database, "PARLEY_ENCRYPTION_KEYS": Self.keys, "PARLEY_DESTINATIONS": file,
-                "PARLEY_ADMIN_TOKENS": Self.adminToken, "PARLEY_RESOURCE": Self.resource, "PARLEY_SIGNING_KEYS": "s1:\(signing.rsaKeyPath)",
-                "PARLEY_RATE_LIMIT_REGISTRATIONS": "off", "PARLEY_LOG_LEVEL": "info",
-            ])
-            defer { Task { await parley.stop() } }
-            simulator.oauth.trustedAssertionKeys = try await RawHTTP.request(port: parley.port, method: "GET", target: "/.well-known/jwks.json").body
+        try await AgentLiveTests.withAgentParley(
+            destinations: { sim in
+                let grant = """
+                        oauth2:
+                          grant: token_exchange
+                          audience: https://backend.example
+                          tokenEndpoint: \(sim)/oauth/token
+                          revocationEndpoint: \(sim)/oauth/revoke
+                          clientId: parley-confidential
+                          clientSecret: s3cret
+                    """
+                return try ScratchFile.write(
+                    """
+                    \(PropagationLiveTests.simulatorIdentityProvider(sim))
+                    destinations:
+                      - name: exchange
+                        url: \(sim)
+                        registration: { identity: required }
+                    \(grant)
+                      - name: agents-exchange
+                        url: \(sim)
+                        registration: { implicit: true, identity: required }
+                    \(grant)
+                    """, suffix: ".yaml")
+            }, environment: ["PARLEY_RATE_LIMIT_REGISTRATIONS": "off", "PARLEY_LOG_LEVEL": "info"]
+        ) { parley, database, simulatorPort, simulator in
             try await withPostgresStore(StoreConfiguration(connectionString: database, maxConnections: 1)) { store in
                 try await body(parley, simulatorPort, simulator, store)
             }
-            await parley.stop()
         }
     }
 
@@ -79,7 +67,7 @@ import UpstreamSimulator
     }
 
     static func revoke(_ parley: ParleyProcess, _ body: [String: Any]) async throws {
-        let answer = try await IdentityTrustLiveTests.admin(parley, "POST", "/admin/v1/revocations", body: body)
+        let answer = try await AgentLiveTests.admin(parley, "POST", "/admin/v1/revocations", body: body)
         #expect(answer.status == 200, "\(answer.text)")
     }
 
@@ -136,7 +124,7 @@ import UpstreamSimulator
             let daveOld = try await Self.accessToken(port, "dave", client: "agent-s", issuedAgo: 30)
             #expect(try await Self.order(parley, token: daveOld, agent: true).status == 200)
             let daveID = try #require(try await store.query("SELECT id FROM registrations WHERE agent_client = 'agent-s'").first?.uuid("id"))
-            let deleted = try await IdentityTrustLiveTests.admin(parley, "DELETE", "/admin/v1/registrations/\(daveID.uuidString.lowercased())")
+            let deleted = try await AgentLiveTests.admin(parley, "DELETE", "/admin/v1/registrations/\(daveID.uuidString.lowercased())")
             #expect(deleted.status == 204, "\(deleted.text)")
             #expect(try await Self.order(parley, token: daveOld, agent: true).status == 401)
             #expect(try await store.query("SELECT id FROM registrations WHERE agent_client = 'agent-s'").isEmpty, "the agent's registration came back")
@@ -167,7 +155,7 @@ import UpstreamSimulator
                     body: Array("logout_token=\(token)".utf8))
             }
             func loggedOut() async throws -> Int {
-                let audit = try await IdentityTrustLiveTests.admin(parley, "GET", "/admin/v1/audit?limit=500")
+                let audit = try await AgentLiveTests.admin(parley, "GET", "/admin/v1/audit?limit=500")
                 return ((audit.json?["items"] as? [[String: Any]]) ?? []).filter { $0["action"] as? String == "user.logged_out" }.count
             }
 
