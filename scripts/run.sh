@@ -117,9 +117,11 @@ progress() {
   if $tty; then printf '\r\033[K' >&2; fi
 }
 
+# A debug build serves a demo, and shares .build/debug with `make test`: what either built, the
+# other reuses. (The container image and `make bench` build for release.)
 build() {
-  say "building $1 (release; the first build takes several minutes; full log in $state/build.log)"
-  if ! swift build -c release --static-swift-stdlib --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
+  say "building $1 (debug; the first build takes several minutes; full log in $state/build.log)"
+  if ! swift build --product "$1" 2>&1 | tee -a "$state/build.log" | progress; then
     # The errors with a little context, else the log's end.
     if grep -qE '(^|: )error: ' "$state/build.log"; then
       { grep -E -A4 '(^|: )error: ' "$state/build.log" | head -60 >&2; } || true
@@ -137,7 +139,7 @@ if [ -z "$parley_bin" ] || [ -z "$sim_bin" ]; then
   : >"$state/build.log"
   [ -n "$parley_bin" ] || build parley
   [ -n "$sim_bin" ] || build upstream-simulator
-  bin="$(swift build -c release --static-swift-stdlib --show-bin-path)"
+  bin="$(swift build --show-bin-path)"
   parley_bin="${parley_bin:-$bin/parley}"
   sim_bin="${sim_bin:-$bin/upstream-simulator}"
 fi

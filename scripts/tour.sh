@@ -2,7 +2,7 @@
 # `make tour`: the demo's whole walk-through driven in headless Chromium (scripts/tour.py), one
 # line per step, with axe-core on every kind of Parley's hosted page in light and dark.
 #
-#   scripts/tour.sh                              # release binaries (run.sh builds them)
+#   scripts/tour.sh                              # debug binaries (run.sh builds them)
 #   scripts/tour.sh --screenshots docs/screenshots
 #   PARLEY_BINARY=… PARLEY_SIMULATOR_BINARY=… scripts/tour.sh   # these binaries, no build
 #

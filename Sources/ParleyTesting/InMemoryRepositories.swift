@@ -9,8 +9,13 @@ import Synchronization
 
 public final class InMemoryRegistrations: RegistrationRepository {
     private let rows = Mutex<[UUID: (record: RegistrationRecord, tokenHash: [UInt8])]>([:])
+    /// Where the events written with a change go (nil: nowhere).
+    private let outbox = Mutex<InMemoryEvents?>(nil)
 
     public init() {}
+
+    /// Writes the events of its changes to `events`, as PostgreSQL writes them with the change.
+    public func publish(to events: InMemoryEvents) { outbox.withLock { $0 = events } }
 
     public var all: [RegistrationRecord] { rows.withLock { $0.values.map(\.record) } }
 
@@ -52,13 +57,14 @@ public final class InMemoryRegistrations: RegistrationRepository {
 
     public func setStatus(_ status: RegistrationStatus, id: UUID) async throws { rows.withLock { $0[id]?.record.status = status } }
 
-    /// The event is not kept: the in-memory tier has no outbox (PostgreSQL's tests cover events).
     public func changeStatus(from: RegistrationStatus, to: RegistrationStatus, id: UUID, event: LifecycleEvent?) async throws -> Bool {
-        rows.withLock { rows in
-            guard rows[id]?.record.status == from else { return false }
+        let changed = rows.withLock { rows -> RegistrationRecord? in
+            guard rows[id]?.record.status == from else { return nil }
             rows[id]?.record.status = to
-            return true
+            return rows[id]?.record
         }
+        if let changed, let event { outbox.withLock { $0 }?.record(event, registration: changed) }
+        return changed != nil
     }
 
     public func setCredentials(id: UUID, sealed: [UInt8]) async throws { rows.withLock { $0[id]?.record.credentialsSealed = sealed } }
@@ -83,13 +89,22 @@ public final class InMemoryRegistrations: RegistrationRepository {
     }
 
     @discardableResult
-    public func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool { rows.withLock { $0.removeValue(forKey: id) != nil } }
+    public func delete(id: UUID, event: LifecycleEvent?) async throws -> Bool {
+        let removed = rows.withLock { $0.removeValue(forKey: id)?.record }
+        if let removed, let event { outbox.withLock { $0 }?.record(event, registration: removed) }
+        return removed != nil
+    }
 }
 
 public final class InMemoryFlows: FlowRepository {
     private let rows = Mutex<[UUID: (flow: FlowRecord, callbackHash: [UInt8]?)]>([:])
+    /// Where the events written with a flow's end go (nil: nowhere).
+    private let outbox = Mutex<InMemoryEvents?>(nil)
 
     public init() {}
+
+    /// Writes the events of its changes to `events`, as PostgreSQL writes them with the change.
+    public func publish(to events: InMemoryEvents) { outbox.withLock { $0 = events } }
 
     public var all: [FlowRecord] { rows.withLock { $0.values.map(\.flow) } }
 
@@ -140,16 +155,20 @@ public final class InMemoryFlows: FlowRepository {
     }
 
     public func finish(id: UUID, status: FlowStatus, error: String?, at: Date, event: LifecycleEvent?) async throws -> Bool {
-        rows.withLock { rows in
-            guard var row = rows[id], row.flow.status == .pending else { return false }
+        let finished = rows.withLock { rows -> FlowRecord? in
+            guard var row = rows[id], row.flow.status == .pending else { return nil }
             row.flow.status = status
             row.flow.error = error
             row.flow.kindState = nil
             row.flow.stagedCookies = nil
             row.callbackHash = nil
             rows[id] = row
-            return true
+            return row.flow
         }
+        if let finished, let event, let events = outbox.withLock({ $0 }) {
+            try await events.append(event, registrationID: finished.registrationID, destination: nil)
+        }
+        return finished != nil
     }
 }
 
@@ -233,6 +252,11 @@ public final class InMemoryAdministration: AdministrationRepository {
     let tokens: InMemoryTokens
     let cookies: InMemoryCookies
     let log: InMemoryAudit
+    /// Where a revocation's events go (nil: nowhere).
+    private let outbox = Mutex<InMemoryEvents?>(nil)
+
+    /// Writes a revocation's events to `events`, as PostgreSQL writes them in its transaction.
+    public func publish(to events: InMemoryEvents) { outbox.withLock { $0 = events } }
 
     public init(registrations: InMemoryRegistrations, tokens: InMemoryTokens, cookies: InMemoryCookies, audit: InMemoryAudit) {
         self.registrations = registrations
@@ -310,6 +334,9 @@ public final class InMemoryAdministration: AdministrationRepository {
         for record in named where cookies.jars.withLock({ $0.removeValue(forKey: record.idString)?.isEmpty == false }) {
             removed += 1
         }
+        // Each named registration's event, as PostgreSQL writes it in the revocation's transaction.
+        let events = outbox.withLock { $0 }
+        for record in named { events?.record(LifecycleEvent(.revoked, detail: ["by": "admin", "reason": "revocation"]), registration: record) }
         for record in named { _ = registrations.clearIdentityToken(id: record.id) }
         return RevocationRemoval(removed: removed, registrations: named.map(\.id))
     }
@@ -396,10 +423,18 @@ extension ParleyDependencies {
         readiness: StaticReadiness = StaticReadiness(), registrations: InMemoryRegistrations = InMemoryRegistrations(),
         cookies: InMemoryCookies = InMemoryCookies(), tokens: InMemoryTokens = InMemoryTokens(), audit: InMemoryAudit = InMemoryAudit()
     ) -> ParleyDependencies {
-        ParleyDependencies(
-            registrations: registrations, flows: InMemoryFlows(), cookies: cookies, tokens: tokens, audit: audit,
-            administration: InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit),
+        // The outbox in memory: the registrations, flows and revocations write their events to it.
+        let events = InMemoryEvents(clock: clock, registrations: registrations)
+        registrations.publish(to: events)
+        let flows = InMemoryFlows()
+        flows.publish(to: events)
+        let administration = InMemoryAdministration(registrations: registrations, tokens: tokens, cookies: cookies, audit: audit)
+        administration.publish(to: events)
+        var dependencies = ParleyDependencies(
+            registrations: registrations, flows: flows, cookies: cookies, tokens: tokens, audit: audit, administration: administration,
             flowSignals: InMemoryFlowSignals(), cacheSignals: InMemoryCacheSignals(), readiness: readiness, transport: transport,
             clock: clock)
+        dependencies.events = events
+        return dependencies
     }
 }

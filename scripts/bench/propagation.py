@@ -3,7 +3,7 @@
 instance B still accepts the client token (p50/p99/max over 100 rounds; target p99 < 100 ms).
 
 The method of InvalidationLiveTests.aDeregistrationOnOneInstanceIsRefusedByTheOtherAtOnce
-(docs/benchmarks.md, "Revocation propagation between instances"), with the release build:
+(docs/benchmarks-history.md, "Revocation propagation between instances"), with the release build:
 two instances on one database, destination `sim` (Basic, the simulator's /api/data) and
 registrations with the simulator's user. Each round: register on A; two proxied calls on
 B (so B has the client token and the cookie jar in its caches); `DELETE

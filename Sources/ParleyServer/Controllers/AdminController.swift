@@ -261,15 +261,10 @@ struct AuditEventView: Encodable, Sendable {
     }
 }
 
-/// An event as `GET /admin/v1/events` lists it: what its webhooks receive, plus `deliveries`.
+/// An event as `GET /admin/v1/events` lists it: what its webhooks receive (`LifecycleEventBody`,
+/// the same members), plus `deliveries`.
 struct EventView: Encodable, Sendable {
-    let id: String
-    let type: String
-    let at: Date
-    @Nullable var registrationId: String?
-    @Nullable var destination: String?
-    @Nullable var user: RegistrationView.UserView?
-    let detail: [String: String]
+    let event: LifecycleEventBody
     let deliveries: [Delivery]
 
     struct Delivery: Encodable, Sendable {
@@ -292,18 +287,21 @@ struct EventView: Encodable, Sendable {
     }
 
     init(_ event: StoredLifecycleEvent) {
-        id = event.id.uuidString.lowercased()
-        type = event.type
-        at = event.at
-        registrationId = event.registrationID?.uuidString.lowercased()
-        destination = event.destination
-        user = event.user.map(RegistrationView.UserView.init)
-        detail = event.detail
+        self.event = LifecycleEventBody(event)
         deliveries = event.deliveries.map {
             Delivery(
                 endpoint: WebhookEndpoint.display($0.endpoint), status: $0.status.rawValue, attempts: $0.attempts, nextAttemptAt: $0.nextAttemptAt,
                 lastAttemptAt: $0.lastAttemptAt, lastStatus: $0.lastStatus, lastError: $0.lastError, deliveredAt: $0.deliveredAt,
                 history: $0.history.map { Attempt(at: $0.at, status: $0.status, error: $0.error) })
         }
+    }
+
+    private enum CodingKeys: String, CodingKey { case deliveries }
+
+    /// The event's own members, then `deliveries`, in one object.
+    func encode(to encoder: any Encoder) throws {
+        try event.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(deliveries, forKey: .deliveries)
     }
 }

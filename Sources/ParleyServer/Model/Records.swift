@@ -292,4 +292,10 @@ public struct DueDelivery: Sendable, Equatable {
     public var endpoint: String
     /// Attempts before this one.
     public var attempts: Int
+
+    public init(event: StoredLifecycleEvent, endpoint: String, attempts: Int) {
+        self.event = event
+        self.endpoint = endpoint
+        self.attempts = attempts
+    }
 }

@@ -94,21 +94,33 @@ enum WebhookSignature {
     }
 }
 
-/// What an endpoint receives: `{"id","type","at","registrationId","destination","user","detail"}`.
+/// What an endpoint receives: the event (`LifecycleEventBody`), written as every JSON answer is.
 enum WebhookBody {
     static func encode(_ event: StoredLifecycleEvent) -> [UInt8] {
-        let user: JSONValue = event.user.map {
-            .object(["issuer": .string($0.issuer), "subject": .string($0.subject), "verified": .bool($0.verified)])
-        } ?? .null
-        return JSONValue.object([
-            "id": .string(event.id.uuidString.lowercased()),
-            "type": .string(event.type),
-            "at": .string(RFC3339.format(event.at)),
-            "registrationId": .optional(event.registrationID?.uuidString.lowercased()),
-            "destination": .optional(event.destination),
-            "user": user,
-            "detail": .object(event.detail.mapValues { .string($0) }),
-        ]).encoded()
+        // Strings, dates and ids only: the encoder has nothing it could refuse.
+        (try? JSONValueEncoder().encode(LifecycleEventBody(event)).encoded()) ?? Array("{}".utf8)
+    }
+}
+
+/// A lifecycle event as its webhooks receive it and `GET /admin/v1/events` lists it (there with
+/// its deliveries beside): `{"id","type","at","registrationId","destination","user","detail"}`.
+struct LifecycleEventBody: Encodable, Sendable {
+    let id: String
+    let type: String
+    let at: Date
+    @Nullable var registrationId: String?
+    @Nullable var destination: String?
+    @Nullable var user: RegistrationView.UserView?
+    let detail: [String: String]
+
+    init(_ event: StoredLifecycleEvent) {
+        id = event.id.uuidString.lowercased()
+        type = event.type
+        at = event.at
+        registrationId = event.registrationID?.uuidString.lowercased()
+        destination = event.destination
+        user = event.user.map(RegistrationView.UserView.init)
+        detail = event.detail
     }
 }
 
