@@ -79,7 +79,7 @@ struct Serve: AsyncParsableCommand {
             }
             let transport = CurlTransport(configuration: configuration.transport, logger: logger)
             let dependencies = ParleyDependencies.postgres(configuration: configuration, store: store, transport: transport, logger: logger)
-            let app = buildApplication(
+            let app = try buildApplication(
                 configuration: configuration,
                 dependencies: dependencies,
                 logger: logger,

@@ -49,7 +49,7 @@ import Testing
 
     @Test func adminAnswersShowFlowsWithoutTheirURL() async throws {
         let dependencies = ParleyDependencies.inMemory(transport: FakeTransport { _ in .text(401) })
-        let app = buildApplication(configuration: try Self.configuration(), dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: try Self.configuration(), dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in
             // The client's own answers carry the flow URL with its secret.
             let (id, token, url) = try await client.execute(

@@ -28,7 +28,7 @@ import Testing
     }
 
     static func withRouter(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
-        let app = buildApplication(configuration: try configuration(), dependencies: .inMemory(), logger: quietLogger)
+        let app = try buildApplication(configuration: try configuration(), dependencies: .inMemory(), logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 

@@ -86,7 +86,7 @@ import Testing
         func run(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
             var dependencies = ParleyDependencies.inMemory(transport: transport, clock: clock)
             dependencies.flows = flows
-            let app = buildApplication(configuration: try FlowConfirmationRouterTests.configuration(), dependencies: dependencies, logger: quietLogger)
+            let app = try buildApplication(configuration: try FlowConfirmationRouterTests.configuration(), dependencies: dependencies, logger: quietLogger)
             try await app.test(.router) { client in try await body(client) }
         }
 

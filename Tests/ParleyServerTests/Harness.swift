@@ -127,7 +127,7 @@ func withLiveParley<T: Sendable>(
             let configuration = try configuration(port: port)
             let store = PostgresStore(configuration: StoreConfiguration(connectionString: databaseURL, maxConnections: 8), logger: logger)
             let (ports, continuation) = AsyncStream<Int>.makeStream()
-            let app = buildApplication(
+            let app = try buildApplication(
                 configuration: configuration,
                 dependencies: .postgres(configuration: configuration, store: store, transport: transport, clock: options.clock, logger: logger),
                 logger: logger, onServerRunning: { port in continuation.yield(port) })

@@ -93,7 +93,7 @@ import Testing
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) }, clock: clock)
         dependencies.registrations = registrations
         dependencies.flows = flows
-        let app = buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 

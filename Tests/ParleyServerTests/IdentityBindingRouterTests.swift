@@ -24,7 +24,7 @@ import Testing
             dependencies.registrations = registrations
             dependencies.flows = flows
             dependencies.audit = audit
-            let router = compose(
+            let router = try compose(
                 configuration: try HostedFlowRouterTests.configuration(), dependencies: dependencies, metrics: Metrics(), logger: quietLogger
             ).router
             try await Application(router: router).test(.router) { try await body($0) }

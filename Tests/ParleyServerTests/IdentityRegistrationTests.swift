@@ -69,7 +69,7 @@ import UpstreamSimulator
         }
 
         func run(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
-            let app = buildApplication(configuration: try Self.configuration(), dependencies: dependencies, logger: quietLogger)
+            let app = try buildApplication(configuration: try Self.configuration(), dependencies: dependencies, logger: quietLogger)
             try await app.test(.router) { client in try await body(client) }
         }
     }

@@ -114,7 +114,7 @@ import UpstreamSimulator
             dependencies.flows = flows
             dependencies.tokens = tokens
             dependencies.audit = audit
-            let app = buildApplication(
+            let app = try buildApplication(
                 configuration: try OAuth2IdentityRouterTests.configuration(), dependencies: dependencies, logger: logs.logger())
             try await app.test(.router) { client in try await body(client) }
         }

@@ -143,7 +143,7 @@ import Testing
             server: .init(publicURL: "https://parley.example/sso"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
             destinations: [try spec.validated()])
         configuration.pageLogos = ["form": try PageLogo.make(Self.png).get()]
-        let app = buildApplication(configuration: configuration, dependencies: .inMemory(transport: FakeTransport { _ in .text(401) }), logger: quietLogger)
+        let app = try buildApplication(configuration: configuration, dependencies: .inMemory(transport: FakeTransport { _ in .text(401) }), logger: quietLogger)
         try await app.test(.router) { client in
             let (_, start) = try await FlowConfirmationRouterTests.registrationWithFlow(client, "form", kind: "basic", prefix: "https://parley.example/sso")
             let page = try await client.execute(uri: start, method: .get, headers: [.acceptLanguage: "de-CH, en;q=0.5"]) { response in

@@ -53,7 +53,7 @@ import Testing
             destinations: [basic, form, try oauth.validated(), try short.validated()], rateLimits: limits)
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream($0) }, clock: clock, audit: audit)
         dependencies.registrations = registrations
-        let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 
@@ -113,7 +113,7 @@ import Testing
             server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
             destinations: [try DestinationSpec(name: "slow", url: "https://slow.example").validated()],
             limits: .init(maxInFlightPerRegistration: 1))
-        let app = buildApplication(
+        let app = try buildApplication(
             configuration: configuration, dependencies: .inMemory(transport: transport, clock: TestClock()), logger: quietLogger)
         try await app.test(.router) { client in
             let token = RouterTests.json(try await Self.register(client, "slow", credentials: false).body)["clientToken"] as? String ?? ""
@@ -197,7 +197,7 @@ import Testing
             server: .init(publicURL: "https://parley.example"), database: .init(url: ""), keys: .init(keyRing: testKeyRing()),
             destinations: [try spec.validated()])
         let clock = TestClock()
-        let app = buildApplication(
+        let app = try buildApplication(
             configuration: configuration, dependencies: .inMemory(transport: transport, clock: clock), logger: quietLogger)
         try await app.test(.router) { client in
             let token = RouterTests.json(try await Self.register(client, "deaf").body)["clientToken"] as? String ?? ""

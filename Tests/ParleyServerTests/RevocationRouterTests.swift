@@ -47,7 +47,7 @@ import Testing
         let audit = InMemoryAudit()
         let dependencies = ParleyDependencies.inMemory(
             transport: FakeTransport { upstream.answer($0) }, registrations: registrations, cookies: cookies, tokens: tokens, audit: audit)
-        let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: configuration, dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 

@@ -34,7 +34,7 @@ import Testing
     static func withRouter(
         dependencies: ParleyDependencies = .inMemory(), _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        let app = buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: try configuration(), dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 
@@ -77,7 +77,7 @@ import Testing
     /// The route list is the API: a route added or removed without updating this
     /// list (and docs/api.md) fails here.
     @Test func theRouteListIsTheAPI() throws {
-        let router = buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
+        let router = try buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
         let routes = Set(router.routes.map { "\($0.method.rawValue) \($0.path)" })
         var expected: Set<String> = [
             "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json", "GET /.well-known/jwks.json", "GET /.well-known/saml-metadata.xml",
@@ -102,7 +102,7 @@ import Testing
     /// The OpenAPI document describes exactly the routes the router serves (MERGE, which
     /// OpenAPI cannot name, aside), and the binary serves the document in docs/.
     @Test func theOpenAPIDocumentDescribesEveryRouteAndNothingElse() async throws {
-        let router = buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
+        let router = try buildRouter(configuration: try Self.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger)
         let served = Set(
             router.routes.filter { $0.method.rawValue != "MERGE" }.map { route in
                 "\(route.method.rawValue) " + route.path.description.replacingOccurrences(of: "/**", with: "/{path}")

@@ -44,7 +44,7 @@ import Testing
             var dependencies = ParleyDependencies.inMemory(
                 transport: FakeTransport { [upstream] in upstream.answer($0) }, registrations: registrations)
             dependencies.flows = flows
-            let router = compose(configuration: try SAMLBindingRouterTests.configuration(), dependencies: dependencies, metrics: Metrics(), logger: quietLogger)
+            let router = try compose(configuration: try SAMLBindingRouterTests.configuration(), dependencies: dependencies, metrics: Metrics(), logger: quietLogger)
                 .router
             try await Application(router: router).test(.router) { try await body($0) }
         }

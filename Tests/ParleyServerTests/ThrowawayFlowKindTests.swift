@@ -63,11 +63,22 @@ struct ConsentFlow: FlowKindHandler {
 }
 
 @Suite struct ThrowawayFlowKindTests {
+    /// A kind registered twice stops the start: which handler answers its pages is never left to
+    /// the order of the lines in `compose`.
+    @Test func aKindRegisteredTwiceIsAStartUpError() throws {
+        #expect(throws: CompositionError.duplicateFlowKind("otp")) {
+            _ = try compose(
+                configuration: try HostedFlowRouterTests.configuration(), dependencies: .inMemory(), metrics: Metrics(), logger: quietLogger,
+                additionalFlowKinds: [{ OTPFlow($0) }])
+        }
+        #expect(CompositionError.duplicateFlowKind("otp").description == "the flow kind 'otp' is registered twice")
+    }
+
     @Test func aNewKindIsOneFilePlusOneLine() async throws {
         let flows = InMemoryFlows()
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { _ in .text(404) })
         dependencies.flows = flows
-        let router = compose(
+        let router = try compose(
             configuration: try HostedFlowRouterTests.configuration(), dependencies: dependencies, metrics: Metrics(), logger: quietLogger,
             additionalFlowKinds: [{ ConsentFlow($0) }]
         ).router

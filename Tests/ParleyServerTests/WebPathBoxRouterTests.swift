@@ -54,7 +54,7 @@ import Testing
     ) async throws {
         var dependencies = ParleyDependencies.inMemory(transport: FakeTransport { upstream.answer($0) }, clock: TestClock())
         dependencies.flows = flows
-        let app = buildApplication(configuration: try HostedFlowRouterTests.configuration(), dependencies: dependencies, logger: quietLogger)
+        let app = try buildApplication(configuration: try HostedFlowRouterTests.configuration(), dependencies: dependencies, logger: quietLogger)
         try await app.test(.router) { client in try await body(client) }
     }
 

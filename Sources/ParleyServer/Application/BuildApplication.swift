@@ -93,8 +93,8 @@ public struct ParleyDependencies: Sendable {
 /// The router with every route (see `compose`).
 public func buildRouter(
     configuration: ParleyConfiguration, dependencies: ParleyDependencies, metrics: Metrics, logger: Logger
-) -> Router<ParleyRequestContext> {
-    compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger).router
+) throws -> Router<ParleyRequestContext> {
+    try compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger).router
 }
 
 /// The composition root: wires the rooms once, from configuration and dependencies;
@@ -105,7 +105,7 @@ public func buildRouter(
 func compose(
     configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger,
     additionalFlowKinds: [@Sendable (FlowKindEnvironment) -> any FlowKindHandler] = []
-) -> (router: Router<ParleyRequestContext>, services: [any Service]) {
+) throws -> (router: Router<ParleyRequestContext>, services: [any Service]) {
     let secrets = Secrets(keyRing: configuration.keys.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
@@ -168,7 +168,7 @@ func compose(
         flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, hosted: binding, clock: d.clock,
         publicURL: configuration.server.publicURL)
     // The flow kinds: one line each, in the order `POST /v1/flows` without `kind` prefers them.
-    let kinds = FlowKinds(
+    let kinds = try FlowKinds(
         [
             SAML2Flow(environment),
             OAuth2AuthorizationCodeFlow(environment, broker: broker, logger: logger),
@@ -297,8 +297,8 @@ func compose(
 public func buildApplication(
     configuration: ParleyConfiguration, dependencies: ParleyDependencies, metrics: Metrics = Metrics(), logger: Logger,
     extraServices: [any Service] = [], onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-) -> some ApplicationProtocol {
-    let composed = compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger)
+) throws -> some ApplicationProtocol {
+    let composed = try compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger)
     let http1 = HTTP1Channel.Configuration(
         additionalChannelHandlers: [
             SlowPeerGuard(headTimeout: configuration.timeouts.requestHead, bodyIdleTimeout: configuration.timeouts.requestBodyIdle),

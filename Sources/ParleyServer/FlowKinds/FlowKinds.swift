@@ -183,9 +183,14 @@ enum FlowKindStateError: Error, Sendable { case contended }
 struct FlowKinds: Sendable {
     let handlers: [any FlowKindHandler]
 
-    init(_ handlers: [any FlowKindHandler]) {
+    /// A kind registered twice is a start-up error: which of two handlers answers a kind's pages
+    /// must never be left to the order of the lines in `compose`.
+    init(_ handlers: [any FlowKindHandler]) throws(CompositionError) {
         var seen: Set<FlowKind> = []
-        self.handlers = handlers.filter { seen.insert($0.kind).inserted }
+        for handler in handlers where !seen.insert(handler.kind).inserted {
+            throw CompositionError.duplicateFlowKind(handler.kind.rawValue)
+        }
+        self.handlers = handlers
     }
 
     subscript(kind: FlowKind) -> (any FlowKindHandler)? { handlers.first { $0.kind == kind } }
@@ -199,4 +204,17 @@ struct FlowKinds: Sendable {
     }
 
     var routes: [FlowRoute] { handlers.flatMap { $0.routes(self) } }
+}
+
+/// What stops `compose` from building a server: a mistake in how the rooms are put together,
+/// reported at start with the rest (`parley serve` exits with it).
+public enum CompositionError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Two handlers for one flow kind.
+    case duplicateFlowKind(String)
+
+    public var description: String {
+        switch self {
+        case .duplicateFlowKind(let kind): "the flow kind '\(kind)' is registered twice"
+        }
+    }
 }
