@@ -139,7 +139,7 @@ func compose(
         signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, notBefores: notBefores,
         logger: logger)
     let registrar = SMPRegistrar(conversations: conversations)
-    var flows = FlowService(
+    let flows = FlowService(
         flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.server.publicURL,
         completions: [
             .smpRegistration: SMPActivation(
@@ -148,8 +148,8 @@ func compose(
         ], staging: staging,
         binding: IdentityBinding(
             registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) },
-            destinations: configuration.destinations, listedIssuers: Set(configuration.identityProviders.map(\.issuer))))
-    flows.metrics = metrics
+            destinations: configuration.destinations, listedIssuers: Set(configuration.identityProviders.map(\.issuer))),
+        metrics: metrics)
     reconnects.bind(
         Reconnects.handler(registrations: d.registrations, flows: flows, invalidation: invalidation, audit: audit, logger: logger))
     // One verifier (and one cache of each provider's keys) for identity tokens and agents' access tokens.
@@ -198,8 +198,6 @@ func compose(
             metrics.set(.cacheLookups, [("cache", name)], Double(statistics.hits + statistics.misses))
         }
     }
-    let swept = spool.sweep()
-    if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
     let pages = Pages(
         destinations: configuration.destinations,
         assets: PageAssets(destinations: Array(configuration.destinations.values), logos: configuration.pageLogos),
@@ -313,6 +311,15 @@ public func buildApplication(
         services: dependencies.services + composed.services + extraServices,
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
         logger: logger)
+}
+
+/// Before an instance serves: the spool files an earlier process left behind go (only possible
+/// where the file system has no `O_TMPFILE` and that process died between create and unlink).
+/// Run by `parley serve` before `buildApplication`, so no request of this process has a spool
+/// file yet; `compose` only composes.
+public func sweepSpool(configuration: ParleyConfiguration, logger: Logger) {
+    let swept = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes).sweep()
+    if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
 }
 
 /// Applies pending migrations under the store's advisory lock.

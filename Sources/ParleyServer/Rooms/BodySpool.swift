@@ -471,3 +471,4 @@ struct SpoolFile: Sendable {
         Problem(.internalServerError, .internalError, "cannot write the request body spool file")
     }
 }
+
