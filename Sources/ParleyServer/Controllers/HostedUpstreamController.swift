@@ -94,7 +94,7 @@ struct HostedUpstreamController: Sendable {
         -> (FlowRecord, RegistrationRecord, any HostedFlowKind)?
     {
         guard case .one(let id, let secret) = presented, let flow = try await flows.current(id),
-            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash), let kind = kinds[flow.kind] as? any HostedFlowKind,
+            flow.isOpened(by: secret), let kind = kinds[flow.kind] as? any HostedFlowKind,
             let registration = try await registrations.find(id: flow.registrationID), registration.destination == destination.name
         else { return nil }
         return (flow, registration, kind)

@@ -124,7 +124,7 @@ struct FlowService: Sendable {
     /// The flow a browser page names, if its secret is right and it is still pending.
     func browserAccess(id: String?, secret: String?) async throws -> BrowserAccess {
         guard let id = id.flatMap(UUID.init(uuidString:)), let secret, let flow = try await current(id),
-            constantTimeEquals(SHA256.hash(Array(secret.utf8)), flow.secretHash)
+            flow.isOpened(by: secret)
         else { return .answered(.notice(.linkNotValid)) }
         switch flow.status {
         case .pending: return .pending(flow)
@@ -265,6 +265,10 @@ struct FlowService: Sendable {
 }
 
 extension FlowRecord {
+    /// Whether `secret` is this flow's URL secret (only its hash is kept), compared in constant time:
+    /// the one check of the start page, the hosted upstream's binding and the web hand-over.
+    func isOpened(by secret: String) -> Bool { constantTimeEquals(SHA256.hash(Array(secret.utf8)), secretHash) }
+
     /// What a flow's events say about it: its id, kind and purpose.
     var eventDetail: [String: String] { ["flowId": idString, "kind": kind.rawValue, "purpose": purpose.rawValue] }
 }

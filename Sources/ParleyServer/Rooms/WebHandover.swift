@@ -97,7 +97,7 @@ struct WebHandover: Sendable {
         guard let value, value.utf8.count <= Self.maxSealedLength, let sealed = Hex.decode(value),
             let opened = try? secrets.keyRing.open(sealed, associatedData: SealBinding.webHandoverStart(flow.idString)),
             let start = try? JSONDecoder().decode(Start.self, from: Data(opened)),
-            constantTimeEquals(SHA256.hash(Array(start.secret.utf8)), flow.secretHash),
+            flow.isOpened(by: start.secret),
             let nonceHash, Hex.decode(nonceHash)?.count == 32
         else { return nil }
         let ticket = Ticket(
