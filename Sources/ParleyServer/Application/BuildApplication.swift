@@ -44,6 +44,10 @@ public struct ParleyDependencies: Sendable {
     public var notBefores: any NotBeforeRepository = InMemoryNotBefores()
     /// The live instances, among which every limit is shared out.
     public var instances: any InstanceRepository = SingleInstance()
+    /// Retention (expired flows and cookies, old audit events); nil: nothing to purge.
+    public var retention: (any RetentionRepository)?
+    /// The per-instance caches the repositories keep, for `/metrics` (name → its counters).
+    public var cacheStatistics: [(name: String, source: any CacheStatisticsSource)] = []
 
     public init(
         registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
@@ -72,16 +76,20 @@ public struct ParleyDependencies: Sendable {
     ) -> ParleyDependencies {
         let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.database.url), logger: logger)
         let signals = PostgresFlowSignals(store: store, listener: listener)
+        let cookies = PostgresCookies(store: store, keyRing: configuration.keys.keyRing)
+        let tokens = PostgresTokens(store: store, keyRing: configuration.keys.keyRing)
+        let administration = PostgresAdministration(store: store, keyRing: configuration.keys.keyRing)
         var dependencies = ParleyDependencies(
-            registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store),
-            cookies: PostgresCookies(store: store, keyRing: configuration.keys.keyRing),
-            tokens: PostgresTokens(store: store, keyRing: configuration.keys.keyRing), audit: PostgresAudit(store: store),
-            administration: PostgresAdministration(store: store, keyRing: configuration.keys.keyRing),
-            flowSignals: signals, cacheSignals: PostgresCacheSignals(store: store, listener: listener), readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport,
-            clock: clock, services: [store, listener, signals])
+            registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store), cookies: cookies, tokens: tokens,
+            audit: PostgresAudit(store: store), administration: administration, flowSignals: signals,
+            cacheSignals: PostgresCacheSignals(store: store, listener: listener),
+            readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport, clock: clock,
+            services: [store, listener, signals])
         dependencies.events = PostgresEvents(store: store)
         dependencies.notBefores = PostgresNotBefores(store: store)
         dependencies.instances = PostgresInstances(store: store)
+        dependencies.retention = administration
+        dependencies.cacheStatistics = [("cookie_jars", cookies), ("oauth2_tokens", tokens)]
         dependencies.storeStatistics = {
             let s = store.statistics
             return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
@@ -177,8 +185,7 @@ func compose(
         ] + additionalFlowKinds.map { $0(environment) })
     // What /metrics reads at each scrape: pool, spool, cache hit ratios.
     let statisticsSource = d.storeStatistics
-    let cookieCache = d.cookies as? any CacheStatisticsSource
-    let tokenCache = d.tokens as? any CacheStatisticsSource
+    let repositoryCaches = d.cacheStatistics
     metrics.addSampler { metrics in
         if let pool = statisticsSource?() {
             metrics.set(.poolConnections, [("state", "open")], Double(pool.open))
@@ -190,10 +197,9 @@ func compose(
         metrics.set(.spoolBytes, [], Double(spool.usedBytes))
         metrics.set(.spoolWrittenBytes, [], Double(spool.bytesWritten))
         metrics.set(.spoolWriteSeconds, [], spool.writeSeconds)
-        for (name, statistics) in [
-            ("client_tokens", clientTokens.recent.statistics), ("agent_registrations", agents.recent.statistics), ("cookie_jars", cookieCache?.cacheStatistics), ("oauth2_tokens", tokenCache?.cacheStatistics),
-        ] {
-            guard let statistics else { continue }
+        let caches = [("client_tokens", clientTokens.recent.statistics), ("agent_registrations", agents.recent.statistics)]
+            + repositoryCaches.map { ($0.name, $0.source.cacheStatistics) }
+        for (name, statistics) in caches {
             metrics.set(.cacheHits, [("cache", name)], Double(statistics.hits))
             metrics.set(.cacheLookups, [("cache", name)], Double(statistics.hits + statistics.misses))
         }
@@ -274,7 +280,7 @@ func compose(
     addRoutes(to: router, controllers, clientTokens: clientTokens)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(
-        usage: usage, tokens: d.tokens, retention: d.administration as? any RetentionRepository, auditRetention: configuration.housekeeping.auditRetention,
+        usage: usage, tokens: d.tokens, retention: d.retention, auditRetention: configuration.housekeeping.auditRetention,
         clock: d.clock, logger: logger, usageInterval: configuration.housekeeping.tokenUsageInterval)
     let refreshAhead = RefreshAhead(
         tokens: d.tokens, broker: broker, configurator: configurator, destinations: configuration.destinations,
