@@ -16,7 +16,7 @@ import Testing
         registrations: RateLimit(count: 3, period: .seconds(60)), proxy: RateLimit(count: 2, period: .seconds(10)),
         tokenCalls: RateLimit(count: 1, period: .seconds(60)), failedLogins: RateLimit(count: 2, period: .seconds(900)),
         web: RateLimit(count: 2, period: .seconds(60)), flows: RateLimit(count: 2, period: .seconds(60)),
-        failedAdmin: RateLimit(count: 2, period: .seconds(300)))
+        failedAdmin: RateLimit(count: 2, period: .seconds(300)), failedClientTokens: RateLimit(count: 2, period: .seconds(60)))
 
     /// A Basic-protected API, a password-grant API and its token endpoint.
     static func upstream(_ request: UpstreamRequest) -> UpstreamResponse {
@@ -36,7 +36,7 @@ import Testing
 
     static func withRouter(
         clock: TestClock, registrations: InMemoryRegistrations = InMemoryRegistrations(), audit: InMemoryAudit = InMemoryAudit(),
-        _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+        limits: RateLimitSettings = RateLimitRouterTests.limits, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
         let basic = try DestinationSpec(name: "sim", url: "https://sim.example", basic: .init()).validated()
         let form = try DestinationSpec(name: "form", url: "https://form.example", basic: .init(form: true)).validated()
@@ -230,6 +230,52 @@ import Testing
             #expect(metrics.contains(#"parley_rate_limited_total{limit="web"} 1"#), "\(metrics)")
             clock.advance(by: .seconds(30))
             #expect(try await client.execute(uri: "/web/sim/page", method: .get).status == .forbidden)
+        }
+    }
+
+    /// Parley's own pages and callbacks cost a database query each and need no authentication:
+    /// each client address has a limit, refused with an HTML page for a browser and with
+    /// problem+json for the identity provider's back-channel logout.
+    @Test func pagesAndCallbacksPerClientAddress() async throws {
+        let clock = TestClock()
+        var limits = Self.limits
+        limits.pages = RateLimit(count: 3, period: .seconds(60))
+        try await Self.withRouter(clock: clock, limits: limits) { client in
+            let unknown = "/flows/\(UUID().uuidString.lowercased())?k=x"
+            #expect(try await client.execute(uri: unknown, method: .get).status == .notFound)
+            #expect(try await client.execute(uri: "/callback/oauth2?state=x&code=y", method: .get).status == .badRequest)
+            #expect(try await client.execute(uri: "/flows/\(UUID().uuidString.lowercased())/done", method: .get).status == .notFound)
+            let limited = try await client.execute(uri: unknown, method: .get)
+            #expect(limited.status == .tooManyRequests)
+            #expect(limited.headers[.retryAfter] == "20")
+            #expect(String(buffer: limited.body).contains("data-parley-error=\"rate_limited\""))
+            let logout = try await client.execute(
+                uri: "/backchannel-logout", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: ByteBuffer(string: "logout_token=x"))
+            Self.expectLimited(logout)
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_rate_limited_total{limit="pages"} 2"#), "\(metrics)")
+            clock.advance(by: .seconds(20))
+            #expect(try await client.execute(uri: unknown, method: .get).status == .notFound)
+        }
+    }
+
+    /// A client token that matches nothing costs a lookup: an address that shows too many is
+    /// refused before the next lookup, until its limit refills.
+    @Test func unknownClientTokensPerClientAddress() async throws {
+        let clock = TestClock()
+        try await Self.withRouter(clock: clock) { client in
+            for n in 0..<2 {
+                let answer = try await client.execute(uri: "/v1/registrations/me", method: .get, headers: [.authorization: "Bearer pct_guess\(n)"])
+                RouterTests.expectProblem(answer, .unauthorized, "invalid_client_token")
+            }
+            Self.expectLimited(try await client.execute(uri: "/v1/registrations/me", method: .get, headers: [.authorization: "Bearer pct_guess3"]))
+            let metrics = String(buffer: try await client.execute(uri: "/metrics", method: .get).body)
+            #expect(metrics.contains(#"parley_rate_limited_total{limit="failed_client_tokens"} 1"#), "\(metrics)")
+            clock.advance(by: .seconds(30))
+            RouterTests.expectProblem(
+                try await client.execute(uri: "/v1/registrations/me", method: .get, headers: [.authorization: "Bearer pct_guess4"]), .unauthorized,
+                "invalid_client_token")
         }
     }
 

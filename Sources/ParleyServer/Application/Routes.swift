@@ -47,7 +47,7 @@ func addRoutes(
     // request costs a database query, so each client address has a rate limit.
     let pages = router.group().add(middleware: c.pageAdmission)
     // Identity providers: a user's sessions ended (the logout token's signature is its authentication).
-    pages.post("/backchannel-logout", use: c.backChannelLogout.logout)
+    router.group().add(middleware: c.pageAdmission.answeringJSON).post("/backchannel-logout", use: c.backChannelLogout.logout)
 
     // Thin clients. Registering needs no token; everything else needs the client token (or an
     // agent's access token). Every 401 here names Parley's protected-resource metadata.

@@ -361,6 +361,9 @@ public enum EmbeddedOpenAPI {
                   "400": {
                     "$ref": "#/components/responses/BadRequest"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -576,6 +579,9 @@ public enum EmbeddedOpenAPI {
                   "401": {
                     "$ref": "#/components/responses/InvalidClientToken"
                   },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -624,6 +630,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "401": {
                     "$ref": "#/components/responses/InvalidClientToken"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -759,6 +768,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "413": {
                     "$ref": "#/components/responses/PayloadTooLarge"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -940,6 +952,9 @@ public enum EmbeddedOpenAPI {
                   },
                   "404": {
                     "$ref": "#/components/responses/NotFound"
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/RateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -1878,6 +1893,9 @@ public enum EmbeddedOpenAPI {
                       }
                     }
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2061,6 +2079,9 @@ public enum EmbeddedOpenAPI {
                       }
                     }
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2189,6 +2210,9 @@ public enum EmbeddedOpenAPI {
                         }
                       }
                     }
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -2568,6 +2592,9 @@ public enum EmbeddedOpenAPI {
                       }
                     }
                   },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
+                  },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
                   },
@@ -2701,6 +2728,9 @@ public enum EmbeddedOpenAPI {
                         }
                       }
                     }
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
@@ -2858,6 +2888,9 @@ public enum EmbeddedOpenAPI {
                         }
                       }
                     }
+                  },
+                  "429": {
+                    "$ref": "#/components/responses/WebRateLimited"
                   },
                   "431": {
                     "$ref": "#/components/responses/HeadersTooLarge"
