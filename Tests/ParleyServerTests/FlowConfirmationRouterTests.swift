@@ -179,7 +179,7 @@ import Testing
                         "<dd id=\"device-type\">Android</dd>", "<dd id=\"device-model\">Pixel &lt;8&gt;</dd>",
                         "<dd id=\"user-hint\">alice@example.com</dd>", "<dd id=\"age\">2 minutes ago</dd>",
                         // What the app said about itself stands apart, marked as unchecked.
-                        "<h3>What the app says about itself (Parley has not checked it)</h3>\n<dl class=\"requester claimed\" data-parley-unchecked>\n<dt>Device type</dt><dd id=\"device-type\">",
+                        "<h2>What the app says about itself (Parley has not checked it)</h2>\n<dl class=\"requester claimed\" data-parley-unchecked>\n<dt>Device type</dt><dd id=\"device-type\">",
                         "<form method=\"post\" action=\"/flows/\(id)/confirm\" data-parley-confirm>",
                         "<button type=\"submit\">Continue to \(displayName)</button>", "data-parley-flow-kind=\"\(kind)\"",
                     ] {

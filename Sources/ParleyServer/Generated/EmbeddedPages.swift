@@ -76,6 +76,8 @@ enum EmbeddedPages {
         dl.requester { display: grid; grid-template-columns: minmax(7rem, max-content) 1fr; gap: 0.375rem 1rem; margin: 0 0 1.25rem; }
         dl.requester dt { color: var(--muted); }
         dl.requester dd { margin: 0; font-weight: 600; }
+        /* What the app says about itself: unchecked, so not set like what Parley knows. */
+        dl.requester.claimed dd { font-weight: 400; font-style: italic; }
         @media (max-width: 30rem) {
           dl.requester { grid-template-columns: 1fr; gap: 0; }
           dl.requester dt { font-size: 0.875rem; }

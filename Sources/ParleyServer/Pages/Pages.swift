@@ -440,7 +440,7 @@ enum PageTemplates {
         <dl class="requester">
         {{#rows}}<dt>{{label}}</dt><dd id="{{id}}">{{value}}</dd>
         {{/rows}}</dl>
-        <h3>{{claimedHeading}}</h3>
+        <h2>{{claimedHeading}}</h2>
         <dl class="requester claimed" data-parley-unchecked>
         {{#claimedRows}}<dt>{{label}}</dt><dd id="{{id}}">{{value}}</dd>
         {{/claimedRows}}</dl>
