@@ -80,6 +80,9 @@ public final class OAuth2Broker: Sendable {
     let signer: ParleySigningKeys?
     let samlSigner: SAMLAssertionSigning?
     let issuer: String
+    /// Whether a propagation grant may still speak with an identity (false: its user, or client,
+    /// was revoked after it was given); nil: every identity may.
+    let identityGate: (@Sendable (PropagatedIdentity) async throws -> Bool)?
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
     /// The most token keys kept in back-off at once.
@@ -88,8 +91,10 @@ public final class OAuth2Broker: Sendable {
     public init(
         store: any TokenStore, clock: any WallClock, events: (any TokenEventSink)? = nil, callGate: (any TokenCallGate)? = nil,
         usage: (any TokenUsageSink)? = nil, skew: Duration = .seconds(30), signer: ParleySigningKeys? = nil, samlSigner: SAMLAssertionSigning? = nil,
-        issuer: String = "", refreshFailureReport: Int = 5, logger: Logger
+        issuer: String = "", refreshFailureReport: Int = 5, identityGate: (@Sendable (PropagatedIdentity) async throws -> Bool)? = nil,
+        logger: Logger
     ) {
+        self.identityGate = identityGate
         self.refreshFailureReport = refreshFailureReport
         self.signer = signer
         self.samlSigner = samlSigner
@@ -192,6 +197,12 @@ public final class OAuth2Broker: Sendable {
         case .tokenExchange, .jwtBearer, .saml2Bearer:
             guard let propagation = settings.propagation else {
                 throw OAuth2Error(.refused, detail: "the \(settings.grant.rawValue) grant has no propagation settings")
+            }
+            // A revocation after the identity was given: no grant speaks with it again.
+            if let identity, let identityGate, try await !identityGate(identity) {
+                throw OAuth2Error(
+                    .identityTokenExpired,
+                    detail: "the user's access was revoked after this identity token was issued; renew it with PUT /v1/registrations/me/identity and a token issued since")
             }
             parameters = try await PropagationGrant.parameters(
                 propagation, grant: settings.grant, identity: identity, signer: signer, samlSigner: samlSigner, issuer: issuer,

@@ -21,11 +21,14 @@ public struct PropagatedIdentity: Sendable, Codable, Equatable {
     /// When the user last authenticated at the identity provider (`auth_time`, else `iat`): what
     /// Parley's own assertions say, never "now".
     public var authenticatedAt: Date?
+    /// The token's `iat`: a revocation of the user after it stops every grant from this identity.
+    public var issuedAt: Date?
 
     public init(
         token: String?, expiresAt: Date?, issuer: String, subject: String, claims: [String: String], agentClient: String? = nil,
-        authenticatedAt: Date? = nil
+        authenticatedAt: Date? = nil, issuedAt: Date? = nil
     ) {
+        self.issuedAt = issuedAt
         self.token = token
         self.expiresAt = expiresAt
         self.issuer = issuer
@@ -38,14 +41,14 @@ public struct PropagatedIdentity: Sendable, Codable, Equatable {
     public init(token: String, verified: VerifiedIdentity) {
         self.init(
             token: token, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims,
-            authenticatedAt: verified.authTime ?? verified.issuedAt)
+            authenticatedAt: verified.authTime ?? verified.issuedAt, issuedAt: verified.issuedAt)
     }
 
     /// An agent's user, as its access token names it: the token itself is not kept.
     public init(agent client: String, verified: VerifiedIdentity) {
         self.init(
             token: nil, expiresAt: verified.expiresAt, issuer: verified.issuer, subject: verified.subject, claims: verified.claims,
-            agentClient: client, authenticatedAt: verified.authTime ?? verified.issuedAt)
+            agentClient: client, authenticatedAt: verified.authTime ?? verified.issuedAt, issuedAt: verified.issuedAt)
     }
 
     /// Whether Parley may still speak for the user: the token has not expired.

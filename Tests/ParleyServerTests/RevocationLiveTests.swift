@@ -129,6 +129,26 @@ import UpstreamSimulator
             #expect(try await Self.order(parley, token: daveOld, agent: true).status == 401)
             #expect(try await store.query("SELECT id FROM registrations WHERE agent_client = 'agent-s'").isEmpty, "the agent's registration came back")
             #expect(try await Self.order(parley, token: try await Self.accessToken(port, "dave", client: "agent-s", issuedAgo: -5), agent: true).status == 200)
+
+            // A registration revoked holds its user back everywhere: erin's other registration
+            // runs no grant again from the identity it kept before.
+            let erinOld = try await Self.identityToken(port, "erin", issuedAgo: 30)
+            func erinRegistration() async throws -> (id: String, client: String) {
+                let made = try await IdentityTokenLiveTests.register(parley, ["destination": "exchange", "identityToken": erinOld])
+                return (try #require(made.json?["id"] as? String), try #require(made.json?["clientToken"] as? String))
+            }
+            let erinA = try await erinRegistration()
+            let erinB = try await erinRegistration()
+            #expect(try await Self.order(parley, token: erinA.client).status == 200)
+            #expect(try await Self.order(parley, token: erinB.client).status == 200)
+            _ = try await RawHTTP.request(port: port, method: "POST", target: "/sim/oauth/expire-access-tokens")
+            try await Self.revoke(parley, ["registrationId": erinA.id])
+            let exchanges = simulator.oauth.tokenCalls(grant: Self.exchange)
+            let other = try await Self.order(parley, token: erinB.client)
+            #expect(other.status == 401 && other.json?["code"] as? String == "invalid_identity_token", "\(other.text)")
+            #expect(simulator.oauth.tokenCalls(grant: Self.exchange) == exchanges, "a grant ran from an identity given before the revocation")
+            #expect(try await Self.renew(parley, client: erinB.client, try await Self.identityToken(port, "erin", issuedAgo: -5)).status == 200)
+            #expect(try await Self.order(parley, token: erinB.client).status == 200)
         }
     }
 

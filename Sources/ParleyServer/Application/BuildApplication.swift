@@ -122,11 +122,15 @@ func compose(
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics, share: cluster)
     let usage = TokenUsage()
     let reconnects = Reconnects()
+    let notBefores = NotBefores(repository: d.notBefores)
     let broker = OAuth2Broker(
         store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics, reconnects: reconnects, events: d.events),
         callGate: limits, usage: usage,
         signer: configuration.keys.signingKeys, samlSigner: SAMLAssertionIssuing.sign, issuer: configuration.server.publicURL,
-        refreshFailureReport: configuration.housekeeping.refreshFailedEventAfter, logger: logger)
+        refreshFailureReport: configuration.housekeeping.refreshFailedEventAfter,
+        identityGate: { [notBefores] identity in
+            try await notBefores.admits(issuer: identity.issuer, subject: identity.subject, client: identity.agentClient, issuedAt: identity.issuedAt)
+        }, logger: logger)
     let configurator = DestinationConfigurator(
         transport: d.transport, cookieRecords: d.cookies, csrfTokens: csrfTokens, clock: d.clock,
         observers: [MetricsObserver(metrics: metrics)], oauth2: broker, logger: logger)
@@ -142,7 +146,6 @@ func compose(
             [ConversationAccounting(registration: registration, destination: destination, limits: limits, metrics: metrics)]
         })
     let clientTokens = ClientTokens(registrations: d.registrations)
-    let notBefores = NotBefores(repository: d.notBefores)
     let invalidation = CacheInvalidation(
         signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, notBefores: notBefores,
         logger: logger)
