@@ -125,6 +125,8 @@ public final class IdentityTokenVerifier: Sendable {
     public static let maxSubjectBytes = 1024
     /// The largest key set Parley reads.
     public static let maxKeySetBytes = 256 * 1024
+    /// The latest `iat` or `auth_time` Parley reads (9999-12-31T23:59:59Z); a later one counts as absent.
+    static let latestTime: Double = 253_402_300_799
     /// The algorithms Parley accepts; a key of another type never verifies them.
     public static let algorithms: Set<String> = ["RS256", "PS256", "ES256"]
 
@@ -289,8 +291,11 @@ public final class IdentityTokenVerifier: Sendable {
         }
         var strings: [String: String] = [:]
         for (name, value) in claims { if let string = value.string { strings[name] = string } }
+        // A time Parley may later write as whole seconds (an assertion's `auth_time`, a SAML
+        // `AuthnInstant`): from 1970 to the end of the year 9999, or none. A token may claim
+        // `iat: 1e300`; converting that to an integer would stop the process.
         func time(_ name: String) -> Date? {
-            guard case .number(let seconds)? = claims[name], seconds.isFinite else { return nil }
+            guard case .number(let seconds)? = claims[name], seconds.isFinite, (0...Self.latestTime).contains(seconds) else { return nil }
             return Date(timeIntervalSince1970: seconds)
         }
         let emailVerified = claims["email_verified"] == .bool(true) || claims["email_verified"] == .string("true")

@@ -106,9 +106,9 @@ func addIdentityProviderRoutes(to router: Router<BasicRequestContext>, configura
         claims["iss"] = input.iss ?? identityProviderIssuer(configuration, state)
         claims["sub"] = input.sub
         claims["aud"] = input.aud.json
-        if input.iat != 0 { claims["iat"] = Int((input.iat ?? now).rounded(.down)) }
         // Whole seconds as integers, as issuers write them; anything else as given.
         func time(_ value: Double) -> Any { Int(exactly: value) ?? value }
+        if input.iat != 0 { claims["iat"] = time((input.iat ?? now).rounded(.down)) }
         claims["exp"] = time(input.exp ?? now + 600)
         if let nbf = input.nbf { claims["nbf"] = time(nbf) }
         if let email = input.email { claims["email"] = email }

@@ -230,6 +230,9 @@ import UpstreamSimulator
         #expect(!unverified.emailVerified)
         #expect(unverified.matchValue(claim: "email") == nil)
         #expect(unverified.matchValue(claim: "sub") == "alice-123")
+        // A time no clock reaches counts as absent: it is never turned into whole seconds.
+        let far = try await f.verifier.verify(try f.token(["iat": 1e300, "auth_time": -5]))
+        #expect(far.issuedAt == nil && far.authTime == nil)
         // Some providers write the flag as a string.
         #expect(try await f.verifier.verify(try f.token(["email_verified": "true"])).emailVerified)
     }
