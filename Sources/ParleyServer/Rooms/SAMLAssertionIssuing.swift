@@ -12,14 +12,8 @@ enum SAMLAssertionIssuing {
         let fields = SAMLAssertionSigner.Fields(
             issuer: request.issuer, nameID: request.nameID, nameIDFormat: request.nameIDFormat, audience: request.audience,
             recipient: request.recipient, issuedAt: request.issuedAt, authnInstant: request.authnInstant)
-        let outcome = try await NIOThreadPool.singleton.runIfActive { () -> Result<[UInt8], SAMLAssertionSigner.Failure> in
-            do throws(SAMLAssertionSigner.Failure) {
-                return .success(
-                    try SAMLAssertionSigner.sign(fields, privateKeyPEM: request.privateKeyPEM, algorithm: request.ecdsa ? .ecdsaSHA256 : .rsaSHA256))
-            } catch {
-                return .failure(error)
-            }
+        return try await NIOThreadPool.singleton.runIfActive {
+            try SAMLAssertionSigner.sign(fields, privateKeyPEM: request.privateKeyPEM, algorithm: request.ecdsa ? .ecdsaSHA256 : .rsaSHA256)
         }
-        return try outcome.get()
     }
 }
