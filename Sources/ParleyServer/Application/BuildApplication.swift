@@ -256,7 +256,7 @@ func compose(
         webHandover: binding.handover.map {
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
         }, agents: agents, pageAssets: pages.assets,
-        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, notBefores: notBefores, administration: administration),
+        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, administration: administration),
         pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits)
 
     let routeTable = RouteTable()

@@ -13,7 +13,6 @@ struct BackChannelLogoutController: Sendable {
     static let maxBodyBytes = IdentityTokenVerifier.maxTokenBytes + 1024
 
     let verifier: IdentityTokenVerifier
-    let notBefores: NotBefores
     let administration: Administration
 
     @Sendable func logout(_ request: Request, context: ParleyRequestContext) async throws -> Response {
@@ -38,13 +37,14 @@ struct BackChannelLogoutController: Sendable {
             throw Problem.invalid("the logout token was refused: " + error.detail)
         }
         let identity = verified.identity
-        // Replays: each token once, remembered until it expires.
-        guard try await notBefores.repository.takeLogoutToken(issuer: identity.issuer, jti: verified.jti, expiresAt: identity.expiresAt ?? Date())
+        guard
+            try await administration.endSessions(
+                of: UserReference(issuer: identity.issuer, subject: identity.subject), logoutToken: verified.jti,
+                expiresAt: identity.expiresAt ?? Date(), logger: context.logger) != nil
         else {
             context.logger.info("back-channel logout refused", metadata: ["identity.check": "replayed"])
             throw Problem.invalid("the logout token was refused: this token (its jti) was used before")
         }
-        _ = try await administration.endSessions(of: UserReference(issuer: identity.issuer, subject: identity.subject), logger: context.logger)
         return Response(status: .ok, headers: [.cacheControl: "no-store"])
     }
 }

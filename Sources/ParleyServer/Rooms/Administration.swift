@@ -158,11 +158,13 @@ struct Administration: Sendable {
         return RevocationOutcome(revoked: revoked, upstream: revocation.upstream ? .init(attempted: attempted, failed: failed) : nil)
     }
 
-    /// OpenID Connect Back-Channel Logout: the identity provider ended `user`'s sessions. Every
-    /// registration of the user, on every destination, loses its tokens, jars and kept identity,
-    /// and the user's tokens issued until now are refused (the not-before), as an administrator's
-    /// revocation by user does. Returns the credential records removed.
-    func endSessions(of user: UserReference, logger: Logger) async throws -> Int {
+    /// OpenID Connect Back-Channel Logout: the identity provider ended `user`'s sessions. Each
+    /// logout token is taken once (its `jti` remembered until `expiresAt`); nil for a replay, which
+    /// changes nothing. Otherwise every registration of the user, on every destination, loses its
+    /// tokens, jars and kept identity, and the user's tokens issued until now are refused (the
+    /// not-before), as an administrator's revocation by user does; the credential records removed.
+    func endSessions(of user: UserReference, logoutToken jti: String, expiresAt: Date, logger: Logger) async throws -> Int? {
+        guard try await notBefores.repository.takeLogoutToken(issuer: user.issuer, jti: jti, expiresAt: expiresAt) else { return nil }
         let at = service.clock.now
         try await notBefores.set(NotBeforeKey(issuer: user.issuer, subject: user.subject), at: at)
         let removal = try await repository.revoke(RevocationFilter(user: user))
