@@ -235,11 +235,17 @@ struct RateLimits: Sendable, TokenCallGate {
         key.registrationID.map { "r:\($0)|\(key.destination)" } ?? "d:" + key.destination
     }
 
+    /// Refused, without spending, while `key` has failed too often: `what` failed (for the detail),
+    /// counted under `label`.
+    private func refuseWhileExhausted(_ limiter: RateLimiter, _ key: String, label: String, what: String) throws(Problem) {
+        guard let wait = limiter.exhausted(key) else { return }
+        metrics.increment(.rateLimited, [("limit", label)])
+        throw Problem.rateLimited(retryAfter: wait, detail: "too many \(what); try again after Retry-After seconds")
+    }
+
     /// Before an admin token is looked at: refused while the client address has failed too often.
     func checkAdminAllowed(client: String) throws(Problem) {
-        guard let wait = failedAdmin.exhausted(client) else { return }
-        metrics.increment(.rateLimited, [("limit", "failed_admin")])
-        throw Problem.rateLimited(retryAfter: wait, detail: "too many failed admin authentications; try again after Retry-After seconds")
+        try refuseWhileExhausted(failedAdmin, client, label: "failed_admin", what: "failed admin authentications")
     }
 
     func recordFailedAdmin(client: String) { _ = failedAdmin.take(client) }
@@ -247,21 +253,14 @@ struct RateLimits: Sendable, TokenCallGate {
     /// Before a client token is looked up: refused while the client address has shown too many
     /// that matched nothing (each costs a database lookup).
     func checkClientTokenAllowed(client: String) throws(Problem) {
-        guard let wait = failedClientTokens.exhausted(client) else { return }
-        metrics.increment(.rateLimited, [("limit", "failed_client_tokens")])
-        throw Problem.rateLimited(retryAfter: wait, detail: "too many unknown client tokens; try again after Retry-After seconds")
+        try refuseWhileExhausted(failedClientTokens, client, label: "failed_client_tokens", what: "unknown client tokens")
     }
 
     func recordFailedClientToken(client: String) { _ = failedClientTokens.take(client) }
 
     /// Before a Basic or password check: refused while any of the attempt's keys has failed too often.
     func checkLoginAllowed(_ attempt: LoginAttempt) throws(Problem) {
-        for key in attempt.keys {
-            if let wait = failedLogins.exhausted(key) {
-                metrics.increment(.rateLimited, [("limit", "failed_logins")])
-                throw Problem.rateLimited(retryAfter: wait, detail: "too many failed sign-ins; try again after Retry-After seconds")
-            }
-        }
+        for key in attempt.keys { try refuseWhileExhausted(failedLogins, key, label: "failed_logins", what: "failed sign-ins") }
     }
 
     func recordFailedLogin(_ attempt: LoginAttempt) {
