@@ -31,7 +31,7 @@ struct FlowService: Sendable {
     let staging: CookieStaging
     /// Whether a flow's sign-in is the registration's user.
     let binding: IdentityBinding
-    var metrics: Metrics? = nil
+    let metrics: Metrics?
 
     /// A kind learned who signed in: the flow may go on when it is the registration's user (or
     /// binds a registration that had none); otherwise it ends failed with `identity_mismatch`
