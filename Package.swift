@@ -93,9 +93,25 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The domain: the model, persistence, the rooms and the flow kinds. It imports no
+        // Hummingbird, HTTPTypes or NIO HTTP module (LayeringTests); the edge maps its errors.
+        .target(
+            name: "ParleyDomain",
+            dependencies: [
+                "AuthFlows", "Conversation", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The edge: the composition root, controllers, middleware, pages and the proxy.
         .target(
             name: "ParleyServer",
             dependencies: [
+                "ParleyDomain",
                 "AuthFlows", "Conversation", "CurlTransport", "LoopAffinity", "Store", "ParleyCrypto", "ParleyEncoding", "SAMLIdentity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -117,7 +133,7 @@ let package = Package(
         .executableTarget(
             name: "parley",
             dependencies: [
-                "ParleyServer", "CurlTransport", "Store", "Conversation", "ParleyEncoding",
+                "ParleyDomain", "ParleyServer", "CurlTransport", "Store", "Conversation", "ParleyEncoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
@@ -179,7 +195,7 @@ let package = Package(
         .target(
             name: "ParleyTesting",
             dependencies: [
-                "Conversation", "AuthFlows", "ParleyServer", "Store", "ParleyCrypto", "ParleyEncoding",
+                "Conversation", "AuthFlows", "ParleyDomain", "ParleyServer", "Store", "ParleyCrypto", "ParleyEncoding",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
@@ -205,10 +221,17 @@ let package = Package(
             dependencies: ["UpstreamSimulator", "ParleyTesting", "ParleyCrypto", "ParleyEncoding", "CurlTransport", "Conversation"],
             swiftSettings: swiftSettings
         ),
+        // The domain's unit and in-memory tests (and the walls between the targets).
+        .testTarget(
+            name: "ParleyDomainTests",
+            dependencies: ["ParleyDomain", "ParleyTesting", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "ParleyEncoding"],
+            swiftSettings: swiftSettings
+        ),
+        // The edge: router-tier tests and live ones (the real binary or server object, PostgreSQL, Chromium).
         .testTarget(
             name: "ParleyServerTests",
             dependencies: [
-                "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
+                "ParleyDomain", "ParleyServer", "ParleyTesting", "UpstreamSimulator", "ParleyEncoding", "AuthFlows", "Conversation", "Store", "ParleyCrypto", "CurlTransport",
                 "LoopAffinity",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),

@@ -2,6 +2,7 @@ import AuthFlows
 public import Conversation
 public import Foundation
 public import ParleyServer
+public import ParleyDomain
 import Synchronization
 
 /// The outbox in memory, the twin of `PostgresEvents`: events appended with the change they

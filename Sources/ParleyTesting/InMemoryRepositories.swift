@@ -2,6 +2,7 @@ public import AuthFlows
 public import Conversation
 public import Foundation
 public import ParleyServer
+public import ParleyDomain
 import Synchronization
 
 // In-memory twins of the server's repositories, for the router test tier: the same

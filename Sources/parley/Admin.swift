@@ -6,6 +6,7 @@ import Foundation
 import Logging
 import ParleyEncoding
 import ParleyServer
+import ParleyDomain
 
 /// `parley admin …`: the administration API of a running instance, for operators.
 /// The admin token comes from `PARLEY_ADMIN_TOKEN` (never a flag: flags show in `ps`

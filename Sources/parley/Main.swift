@@ -5,6 +5,7 @@ import CurlTransport
 import Foundation
 import Logging
 import ParleyServer
+import ParleyDomain
 import ServiceLifecycle
 import Store
 

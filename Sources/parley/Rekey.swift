@@ -3,6 +3,7 @@ import Configuration
 import Foundation
 import Logging
 import ParleyServer
+import ParleyDomain
 import Store
 
 /// `parley rekey`: re-seals every sealed value under the first key of the ring, then says

@@ -3,6 +3,7 @@ import OTel
 import ServiceLifecycle
 import Tracing
 import ParleyServer
+import ParleyDomain
 
 /// Traces (docs/operations.md "Traces"): off unless `PARLEY_OTEL_TRACES=otlp`, or the standard
 /// `OTEL_TRACES_EXPORTER=otlp` / `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 

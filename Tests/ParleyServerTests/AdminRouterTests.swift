@@ -6,6 +6,7 @@ import HummingbirdTesting
 import NIOCore
 import ParleyCrypto
 import ParleyEncoding
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Testing

@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Synchronization

@@ -1,4 +1,5 @@
 import Foundation
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Testing

@@ -1,6 +1,7 @@
 import Configuration
 import CurlTransport
 import Foundation
+import ParleyDomain
 @testable import ParleyServer
 import Synchronization
 import Testing

@@ -2,6 +2,7 @@ import AuthFlows
 import Foundation
 import Hummingbird
 import ParleyCrypto
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 
@@ -50,6 +51,42 @@ import Testing
             SMPRegistrationError.answeredWithoutAPPCID, .badGateway, .upstreamUnavailable, "the upstream registration answered without an APPCID")
         Self.expect(SMPRegistrationError.credentialsRefused, .forbidden, .upstreamUnauthorized, "the upstream refused the registration's credentials")
         Self.expect(SMPRegistrationError.unexpectedStatus(500), .badGateway, .upstreamUnavailable, "the upstream registration answered 500")
+    }
+
+    /// The errors the domain throws since it names no HTTP type: each answers as the `Problem` the
+    /// room built itself before (status, code, words and headers).
+    @Test func theDomainsOwnErrorsAnswerAsTheirProblemsDid() throws {
+        Self.expect(RegistrationError.clientTokenRefused, .unauthorized, .invalidClientToken, "a valid client token is required (Authorization: Bearer …)")
+        #expect(Problem.from(RegistrationError.clientTokenRefused).headers[.wwwAuthenticate] == "Bearer realm=\"parley\"")
+        Self.expect(RegistrationError.destinationGone, .badRequest, .invalidRequest, "the registration's destination is no longer configured")
+        Self.expect(FlowError.notFound, .notFound, .notFound, "no such flow")
+        Self.expect(
+            AgentAccessError.destinationNotNamed, .badRequest, .invalidRequest,
+            "an access token does not name a registration by itself: say which destination in the Parley-Destination header")
+        Self.expect(AgentAccessError.unknownDestination, .badRequest, .invalidRequest, "unknown destination in Parley-Destination")
+        Self.expect(
+            AgentAccessError.agentsNotTaken, .forbidden, .forbidden, "this destination does not take agents' access tokens (registration.implicit)")
+        let refused = AgentAccessError.tokenRefused(detail: "expired", challenge: "Bearer realm=\"parley\", error=\"invalid_token\"")
+        Self.expect(refused, .unauthorized, .invalidClientToken, "the access token was refused: expired")
+        #expect(Problem.from(refused).headers[.wwwAuthenticate] == "Bearer realm=\"parley\", error=\"invalid_token\"")
+        let scopes = AgentAccessError.insufficientScope(missing: ["orders.write"], challenge: "Bearer scope=\"orders.read orders.write\"")
+        Self.expect(scopes, .forbidden, .forbidden, "the access token lacks scopes this destination asks for: orders.write")
+        #expect(Problem.from(scopes).headers[.wwwAuthenticate] == "Bearer scope=\"orders.read orders.write\"")
+        let limited = RateLimited(retryAfter: .milliseconds(1500), detail: "too many failed sign-ins; try again after Retry-After seconds")
+        Self.expect(limited, .tooManyRequests, .rateLimited, "too many failed sign-ins; try again after Retry-After seconds")
+        #expect(Problem.from(limited).headers[.retryAfter] == "2")
+
+        let flow = FlowView(
+            id: "f", kind: "oauth2", status: "pending", url: "https://parley.example/flows/f?k=s", expiresAt: Date(timeIntervalSince1970: 0),
+            error: nil)
+        let interaction = InteractionRequired(detail: "a person must sign in (oauth2); open the flow URL", flow: flow)
+        Self.expect(interaction, .unauthorized, .interactionRequired, "a person must sign in (oauth2); open the flow URL")
+        #expect(Problem.from(interaction).headers[.parleyFlow] == "https://parley.example/flows/f?k=s")
+        #expect(Problem.from(interaction).extra["flow"] == (try JSONValueEncoder().encode(flow)))
+        // What the domain's metrics and audit log call them, and which are answers, not failures.
+        #expect(ErrorNames.contract.code(interaction) == "interaction_required")
+        #expect(ErrorNames.contract.isAnswer(interaction) && ErrorNames.contract.isAnswer(limited) && ErrorNames.contract.isAnswer(refused))
+        #expect(!ErrorNames.contract.isAnswer(SMPRegistrationError.credentialsRefused))
     }
 
     @Test func textRules() throws {

@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Testing

@@ -5,6 +5,7 @@ import Foundation
 import Hummingbird
 import Logging
 import ParleyCrypto
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import ServiceLifecycle

@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Synchronization
@@ -324,7 +325,7 @@ import Testing
             #expect(try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2").0 == second)
 
             // Expired (or about to, with less than a minute left): a new one too.
-            clock.advance(by: .seconds(Int64(FlowService.lifetime - FlowService.reuseMargin) + 1))
+            clock.advance(by: .seconds(Int64(FlowService.lifetime - FlowStarter.reuseMargin) + 1))
             let (third, _) = try await Self.interaction(client, token: token, path: "/v1/proxy/api/data", kind: "saml2")
             #expect(third != second && third != first)
             #expect(flows.all.count == 3)

@@ -1,6 +1,7 @@
 import AuthFlows
 import Foundation
 import ParleyEncoding
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Store

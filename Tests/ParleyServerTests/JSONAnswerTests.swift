@@ -1,5 +1,6 @@
 import AuthFlows
 import Foundation
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 
@@ -7,7 +8,7 @@ import Testing
 /// must be byte for byte what the hand-built `JSONValue`s of the rooms wrote before.
 @Suite struct JSONAnswerTests {
     static func bytes(_ value: some Encodable) throws -> String {
-        String(decoding: try JSONBody.bytes(value), as: UTF8.self)
+        String(decoding: try JSONValueEncoder().encode(value).encoded(), as: UTF8.self)
     }
 
     static let created = Date(timeIntervalSince1970: 1_795_687_200.75)

@@ -5,6 +5,7 @@ import ParleyTesting
 import Testing
 import UpstreamSimulator
 
+import ParleyDomain
 @testable import ParleyServer
 
 /// The log, as an operator's collector sees it: the real binary at `PARLEY_LOG_LEVEL=trace`, in

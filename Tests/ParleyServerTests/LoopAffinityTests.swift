@@ -5,6 +5,7 @@ import HummingbirdTesting
 import LoopAffinity
 import NIOCore
 import NIOPosix
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 

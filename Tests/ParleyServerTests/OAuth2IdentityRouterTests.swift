@@ -6,6 +6,7 @@ import Hummingbird
 import HummingbirdTesting
 import NIOCore
 import ParleyEncoding
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Synchronization

@@ -2,6 +2,7 @@ import AuthFlows
 import Conversation
 import Foundation
 import ParleyCrypto
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Store

@@ -2,6 +2,7 @@ import Foundation
 import ParleyTesting
 import Testing
 
+import ParleyDomain
 @testable import ParleyServer
 
 /// `deploy/observability/`: the Prometheus alert rules pass `promtool check rules` (Debian's

@@ -1,5 +1,6 @@
 import AuthFlows
 import Foundation
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Store

@@ -1,5 +1,6 @@
 import AuthFlows
 import Conversation
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 

@@ -2,6 +2,7 @@ import ParleyEncoding
 import AuthFlows
 import Foundation
 import ParleyCrypto
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Testing

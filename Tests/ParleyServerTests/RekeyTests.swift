@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ParleyCrypto
 import ParleyEncoding
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Store

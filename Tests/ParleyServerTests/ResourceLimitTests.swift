@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import Testing
 
+import ParleyDomain
 @testable import ParleyServer
 
 /// The per-registration in-flight cap and the spool's disk quota, as objects.

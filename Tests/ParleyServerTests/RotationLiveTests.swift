@@ -4,6 +4,7 @@ import ParleyTesting
 import Store
 import Testing
 
+import ParleyDomain
 @testable import ParleyServer
 
 /// Refresh-token rotation never forks a family, live: three instances of the real server object

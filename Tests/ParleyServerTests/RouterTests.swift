@@ -8,6 +8,7 @@ import HummingbirdTesting
 import Logging
 import NIOCore
 import ParleyCrypto
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Store

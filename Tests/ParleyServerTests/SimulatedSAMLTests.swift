@@ -1,5 +1,6 @@
 import AuthFlows
 import Foundation
+import ParleyDomain
 import ParleyServer
 import ParleyTesting
 import Testing

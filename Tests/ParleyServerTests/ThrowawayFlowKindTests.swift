@@ -5,6 +5,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import ParleyDomain
 @testable import ParleyServer
 import ParleyTesting
 import Testing
@@ -53,7 +54,7 @@ struct ConsentFlow: FlowKindHandler {
                     try await flows.finish(flow, status: .completed, error: nil, logger: logger)
                     return flows.done(flow)
                 case .pending:
-                    return .failure(.notFound("no such consent"))
+                    return .failure(Problem.notFound("no such consent"))
                 case .answered(let page):
                     return page
                 }

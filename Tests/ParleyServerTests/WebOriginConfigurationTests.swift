@@ -1,4 +1,5 @@
 import Foundation
+import ParleyDomain
 @testable import ParleyServer
 import Testing
 

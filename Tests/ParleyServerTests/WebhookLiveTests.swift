@@ -5,6 +5,7 @@ import Store
 import Testing
 import UpstreamSimulator
 
+import ParleyDomain
 @testable import ParleyServer
 
 /// Lifecycle events and signed webhooks, live: two instances of the real server object on one

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 
+import ParleyDomain
 @testable import ParleyServer
 
 // The Swift example of docs/api.md ("Events and webhooks"), exactly as printed there (a test below

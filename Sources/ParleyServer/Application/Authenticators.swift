@@ -2,6 +2,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import ParleyCrypto
+import ParleyDomain
 
 /// Reads `Authorization: Bearer <token>`; nil when absent or not a bearer token.
 func bearerToken(_ request: Request) -> String? {

@@ -7,6 +7,7 @@ public import Logging
 public import ServiceLifecycle
 public import Store
 public import UnixSignals
+public import ParleyDomain
 
 /// What an instance stands on: storage, signals, the upstream transport and the
 /// clock. `postgres(…)` is production's; ParleyTesting builds in-memory twins.
@@ -121,8 +122,13 @@ func compose(
     let cluster = ClusterShare(repository: d.instances, logger: logger)
     let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics, share: cluster)
     let usage = TokenUsage()
-    let reconnects = Reconnects()
     let notBefores = NotBefores(repository: d.notBefores)
+    let clientTokens = ClientTokens(registrations: d.registrations)
+    let news = RegistrationNews(signals: d.cacheSignals, clientTokens: clientTokens, tokens: d.tokens, notBefores: notBefores, logger: logger)
+    let starter = FlowStarter(flows: d.flows, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.server.publicURL)
+    // A rejected refresh that only a person can answer: the broker reports it, `Reconnects` gives
+    // the registration a fresh flow. Built from what starts flows, before the conversations exist.
+    let reconnects = Reconnects(registrations: d.registrations, starter: starter, news: news, logger: logger)
     let broker = OAuth2Broker(
         store: d.tokens, clock: d.clock, events: AuditTokenEvents(audit: audit, metrics: metrics, reconnects: reconnects, events: d.events),
         callGate: limits, usage: usage,
@@ -143,15 +149,15 @@ func compose(
         browserManagers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) }, staging: staging,
         accounting: { registration, destination in
-            [ConversationAccounting(registration: registration, destination: destination, limits: limits, metrics: metrics)]
+            [
+                ConversationAccounting(
+                    registration: registration, destination: destination, limits: limits, metrics: metrics, errorNames: .contract)
+            ]
         })
-    let clientTokens = ClientTokens(registrations: d.registrations)
-    let invalidation = CacheInvalidation(
-        signals: d.cacheSignals, clientTokens: clientTokens, conversations: conversations, tokens: d.tokens, notBefores: notBefores,
-        logger: logger)
-    let registrar = SMPRegistrar(conversations: conversations)
+    let invalidation = CacheInvalidation(news: news, conversations: conversations)
+    let registrar = SMPRegistrar(conversations: conversations, errorNames: .contract)
     let flows = FlowService(
-        flows: d.flows, signals: d.flowSignals, secrets: secrets, audit: audit, clock: d.clock, publicURL: configuration.server.publicURL,
+        starter: starter, signals: d.flowSignals,
         completions: [
             .smpRegistration: SMPActivation(
                 registrations: d.registrations, registrar: registrar, conversations: conversations, invalidation: invalidation,
@@ -161,8 +167,6 @@ func compose(
             registrations: d.registrations, audit: audit, invalidation: { [invalidation] in await invalidation.changed($0) },
             destinations: configuration.destinations, listedIssuers: Set(configuration.identityProviders.map(\.issuer))),
         metrics: metrics)
-    reconnects.bind(
-        Reconnects.handler(registrations: d.registrations, flows: flows, invalidation: invalidation, audit: audit, logger: logger))
     // One verifier (and one cache of each provider's keys) for identity tokens and agents' access tokens.
     let identityTokens = IdentityTokenVerifier(providers: configuration.identityProviders, transport: d.transport, clock: d.clock, logger: logger)
     let registrations = RegistrationService(

@@ -5,6 +5,7 @@ public import CurlTransport
 public import Foundation
 public import ParleyCrypto
 public import Store
+public import ParleyDomain
 
 /// Parley's configuration: one small struct per component, each read once through a
 /// `ConfigReader` (the environment's `PARLEY_*` variables in production) together with the

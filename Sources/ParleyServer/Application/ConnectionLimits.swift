@@ -1,5 +1,6 @@
 import HummingbirdCore
 import Logging
+import ParleyDomain
 
 extension ParleyConfiguration.Connections {
     /// Hummingbird's accept gate: past `maxConnections` open client connections the server

@@ -1,6 +1,7 @@
 import HTTPTypes
 import NIOCore
 import NIOHTTPTypes
+import ParleyDomain
 
 /// Answers `Expect: 100-continue` with `100 Continue` as soon as the request head is
 /// read. Clients that ask (curl does for bodies over 1 MiB, and so do many HTTP

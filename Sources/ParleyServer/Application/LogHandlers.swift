@@ -1,6 +1,7 @@
 import Foundation
 public import Logging
 import Synchronization
+import ParleyDomain
 
 /// Parley's log lines, in either format, to standard error or any writer; one handler per
 /// logger, as swift-log makes them. Both formats carry the same lines with the same metadata:

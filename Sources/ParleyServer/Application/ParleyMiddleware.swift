@@ -4,6 +4,7 @@ import Logging
 import ParleyCrypto
 import ParleyEncoding
 import Synchronization
+import ParleyDomain
 
 /// Outermost middleware: request id, header-size limit, `405` for a known path with
 /// another method, problem+json for every error, access log and metrics. Logs carry

@@ -1,6 +1,7 @@
 public import Hummingbird
 import Logging
 import NIOCore
+public import ParleyDomain
 
 /// The context every request starts in: no caller known yet. Hosted pages,
 /// callbacks and operations run in it. Authenticators fill in who the caller is.

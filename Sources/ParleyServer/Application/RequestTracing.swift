@@ -1,6 +1,7 @@
 import Hummingbird
 import Synchronization
 import Tracing
+import ParleyDomain
 
 /// One span per thin-client request (docs/operations.md "Traces"), the root of everything the
 /// request does: upstream exchanges, token-endpoint calls, flow steps and store calls are its

@@ -1,4 +1,5 @@
 import Hummingbird
+import ParleyDomain
 
 /// The controllers of one instance, built once by `buildApplication`.
 struct Controllers: Sendable {
@@ -80,7 +81,7 @@ func addRoutes(
     pages.get("/flows/{id}/done", use: c.flowPages.done)
     router.get("/pages/{file}", use: c.pageAssets.serve)
     for route in c.flowRoutes {
-        for method in route.methods { pages.on(RouterPath(route.path), method: method, use: c.flowPages.handler(for: route)) }
+        for method in route.methods { pages.on(RouterPath(route.path), method: method.http, use: c.flowPages.handler(for: route)) }
     }
     // The hosted upstream of saml2 and otp flows: a bound browser sees the destination here.
     let web = router.group("/web").add(middleware: c.hostedUpstreamAdmission)

@@ -1,20 +1,21 @@
+public import ParleyDomain
 // ServiceLifecycle logs every service it starts and stops at debug level, as `"\(service)"`:
 // each of Parley's services prints as its name, not as the configuration it holds.
 
 extension CacheInvalidation: CustomStringConvertible {
-    var description: String { "CacheInvalidation" }
+    package var description: String { "CacheInvalidation" }
 }
 
 extension Housekeeping: CustomStringConvertible {
-    var description: String { "Housekeeping" }
+    package var description: String { "Housekeeping" }
 }
 
 extension RefreshAhead: CustomStringConvertible {
-    var description: String { "RefreshAhead" }
+    package var description: String { "RefreshAhead" }
 }
 
 extension WebhookDelivery: CustomStringConvertible {
-    var description: String { "WebhookDelivery(endpoints: \(endpoints.count))" }
+    package var description: String { "WebhookDelivery(endpoints: \(endpoints.count))" }
 }
 
 extension WebhookEndpoint: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {

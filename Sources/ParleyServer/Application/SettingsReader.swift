@@ -1,5 +1,6 @@
 public import Configuration
 public import Foundation
+import ParleyDomain
 
 /// Reads Parley's settings through a `ConfigReader` and collects every problem instead of
 /// stopping at the first. Keys are lower-case snake case under a scope (`parley`,

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTPTypes
+import ParleyDomain
 
 /// Closes client connections that hold a server slot without making progress
 /// (slowloris): the request head must be complete within `headTimeout` of the

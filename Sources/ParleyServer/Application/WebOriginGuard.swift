@@ -1,5 +1,6 @@
 import Conversation
 import Hummingbird
+import ParleyDomain
 
 /// Keeps the web origin (`PARLEY_WEB_PUBLIC_URL`) and Parley's own apart, by the request's
 /// host (`Host`, the authority): on the web origin's host only the web path (`/web/…`), its

@@ -1,6 +1,7 @@
 import AuthFlows
 import Foundation
 import Hummingbird
+import ParleyDomain
 
 /// `/admin/v1/…`: administrators (admin token). Every call is audited.
 struct AdminController: Sendable {

@@ -2,6 +2,7 @@ import AuthFlows
 import Foundation
 import Hummingbird
 import ParleyEncoding
+import ParleyDomain
 
 /// `POST /backchannel-logout` (OpenID Connect Back-Channel Logout 1.0): a listed identity
 /// provider says a user's sessions ended. The `logout_token` (a form field) must verify

@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import ParleyCrypto
 import ParleyEncoding
+import ParleyDomain
 
 /// The hosted pages every flow shares: `GET /flows/{id}?k=…` (checks the secret; then the
 /// confirmation page for a registration without a verified user, whose `POST /flows/{id}/confirm`

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import ParleyDomain
 
 /// Who may start a flow now (`POST /v1/flows`): the flows rate limit and in-flight cap,
 /// both per registration. Every flow is a database row and an audit event, so a client
@@ -53,7 +54,7 @@ struct FlowsController: Sendable {
 
     @Sendable func status(_ request: Request, context: ClientRequestContext) async throws -> Response {
         let view = try await flows.status(
-            id: context.parameters.get("id").flatMap { UUID(uuidString: String($0)) }, wait: LongPoll.seconds(request),
+            id: context.parameters.get("id").flatMap { UUID(uuidString: String($0)) }, wait: LongPoll.seconds(request.waitParameter),
             registration: context.registration)
         return try JSONBody.response(.ok, view)
     }

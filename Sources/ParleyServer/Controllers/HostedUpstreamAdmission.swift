@@ -1,5 +1,6 @@
 import HTTPTypes
 import Hummingbird
+import ParleyDomain
 
 /// Who may send a request on the hosted upstream's web path (`/web/{destination}/…`) now:
 /// the web path's rate limit and its in-flight cap, both per client address (the browser

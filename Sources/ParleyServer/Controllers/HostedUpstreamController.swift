@@ -6,6 +6,7 @@ import Hummingbird
 import Logging
 import ParleyCrypto
 import ParleyEncoding
+import ParleyDomain
 
 /// `ANY /web/{destination}/…`, the hosted upstream's web path: forwards a bound browser's
 /// requests through the registration's browser conversation (`UpstreamExchange`) and lets

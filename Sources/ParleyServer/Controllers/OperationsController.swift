@@ -2,6 +2,7 @@ import AuthFlows
 import Foundation
 import Hummingbird
 import NIOCore
+import ParleyDomain
 
 /// `/healthz`, `/readyz`, `/metrics`: for load balancers and operators; no authentication.
 struct OperationsController: Sendable {

@@ -1,5 +1,6 @@
 import HTTPTypes
 import Hummingbird
+import ParleyDomain
 
 /// Who may open Parley's own pages and callbacks now (`/flows/…`, `/callback/…`,
 /// `/backchannel-logout`): nobody has authenticated there, and every request costs a database

@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Synchronization
+import ParleyDomain
 
 /// `ANY /v1/proxy/{path…}`: the request goes through the registration's conversation
 /// manager (`UpstreamExchange`); the final upstream response streams back with end-to-end
@@ -51,7 +52,7 @@ struct ProxyController: Sendable {
         }
         switch result {
         case .interactionRequired(let interaction):
-            var problem = try await flows.interactionRequired(interaction, registration: registration)
+            var problem = Problem.from(try await flows.interactionRequired(interaction, registration: registration))
             if let waitSeconds { problem.headers[.preferenceApplied] = "wait=\(waitSeconds)" }
             throw problem
         case .response(let upstream):
@@ -82,14 +83,6 @@ struct ProxyAdmission: RouterMiddleware {
         var context = context
         context.inFlight = try inFlight.admit(registration.id)
         return try await next(request, context)
-    }
-}
-
-extension Destination {
-    /// Whether a proxied call of `registration` tries credentials Parley holds for it upstream
-    /// (the password grant, or Basic with stored credentials): their failures count as failed logins.
-    func checksHeldCredentials(_ registration: RegistrationRecord) -> Bool {
-        oauth2?.grant == .password || (basic != nil && registration.credentialsSealed != nil)
     }
 }
 

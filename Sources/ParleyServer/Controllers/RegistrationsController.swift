@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import ParleyDomain
 
 /// Who may try to register now: every attempt counts, refused ones too, per client address
 /// (the balancer's `X-Forwarded-For` only from a trusted proxy).
@@ -37,7 +38,7 @@ struct RegistrationsController: Sendable {
     /// `GET /v1/registrations/me?wait=S`: with `wait`, as soon as the status changes (at most 60 s).
     @Sendable func me(_ request: Request, context: ClientRequestContext) async throws -> Response {
         var record = context.registration
-        let wait = LongPoll.seconds(request)
+        let wait = LongPoll.seconds(request.waitParameter)
         if wait > 0 { record = try await service.awaitChange(of: record, seconds: wait) }
         return try JSONBody.response(
             .ok, RegistrationView(record, appcid: try service.appcid(of: record), flow: try await service.pendingFlow(of: record)))
@@ -63,58 +64,3 @@ struct RegistrationsController: Sendable {
     }
 }
 
-/// The contract's registration object (docs/api.md, "Registration object"). `appcid` is
-/// shown to its own registration only (administrators get `null`); `clientToken` only in
-/// the answer that creates the registration.
-struct RegistrationView: Encodable, Sendable {
-    let id: UUID
-    let destination: String
-    let status: String
-    @Nullable var appcid: String?
-    @Nullable var deviceType: String?
-    @Nullable var deviceModel: String?
-    @Nullable var userHint: String?
-    /// Whose credentials these are, or `null` until a verified token or a first sign-in says.
-    @Nullable var user: UserView?
-    /// The agent's OAuth client, for a registration an agent's access token created; else `null`.
-    @Nullable var client: String?
-    let createdAt: Date
-    /// The flow a `login_required` registration waits on.
-    @Nullable var flow: FlowView?
-    let clientToken: String?
-
-    init(_ record: RegistrationRecord, appcid: String?, flow: FlowView?, clientToken: String? = nil) {
-        id = record.id
-        destination = record.destination
-        status = record.status.rawValue
-        self.appcid = appcid
-        deviceType = record.deviceType
-        deviceModel = record.deviceModel
-        userHint = record.userHint
-        user = record.user.map(UserView.init)
-        client = record.client
-        createdAt = record.createdAt
-        self.flow = flow
-        self.clientToken = clientToken
-    }
-
-    /// `{"issuer","subject","verified"}`: the value compared with sign-ins stays inside.
-    struct UserView: Encodable, Sendable {
-        let issuer: String
-        let subject: String
-        let verified: Bool
-
-        init(_ user: RegistrationUser) {
-            issuer = user.issuer
-            subject = user.subject
-            verified = user.verified
-        }
-
-        /// The user an event names (the same three members).
-        init(_ user: EventUser) {
-            issuer = user.issuer
-            subject = user.subject
-            verified = user.verified
-        }
-    }
-}

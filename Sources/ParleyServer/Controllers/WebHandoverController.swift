@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import ParleyDomain
 
 /// The hand-over of a browser to the web origin (`WebHandover`), when the hosted upstream has
 /// an origin of its own: `GET /web-bind/{destination}` on the web origin (steps 2 and 4) and

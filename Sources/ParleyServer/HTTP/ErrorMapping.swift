@@ -4,11 +4,13 @@ import Hummingbird
 import NIOHTTP1
 import ParleyCrypto
 import Store
+import ParleyDomain
 
 extension Problem {
     /// The one place where failures become contract answers: rooms and controllers throw
     /// domain errors (`InvalidInput`, `RegistrationError`, `AdministrationError`,
-    /// `SMPRegistrationError`) and the lower layers theirs; each gets its status, code and
+    /// `SMPRegistrationError`, `AgentAccessError`, `FlowError`, `RateLimited`, and the
+    /// `InteractionRequired` answer) and the lower layers theirs; each gets its status, code and
     /// detail here. Details never carry secrets: transport and store errors describe
     /// themselves safely.
     static func from(_ error: any Error) -> Problem {
@@ -23,6 +25,17 @@ extension Problem {
             return mapping(error)
         case let error as SMPRegistrationError:
             return mapping(error)
+        case let error as AgentAccessError:
+            return mapping(error)
+        case let interaction as InteractionRequired:
+            var problem = Problem(.unauthorized, .interactionRequired, interaction.detail)
+            if let url = interaction.flow.url { problem.headers[.parleyFlow] = url }
+            problem.extra["flow"] = (try? JSONValueEncoder().encode(interaction.flow)) ?? .null
+            return problem
+        case let error as RateLimited:
+            return .rateLimited(retryAfter: error.retryAfter, detail: error.detail)
+        case FlowError.notFound:
+            return .notFound("no such flow")
         case let error as IdentityTokenError:
             // `detail` names the failed check, never the token.
             return Problem(.unauthorized, .invalidIdentityToken, error.detail)
@@ -102,6 +115,28 @@ extension Problem {
             Problem(.forbidden, .forbidden, "the identity token names another user than this registration's")
         case .notPendingApproval: .invalid("the registration is not waiting for approval")
         case .notFound: .notFound("no such registration")
+        case .clientTokenRefused: .invalidClientToken
+        case .destinationGone: .invalid("the registration's destination is no longer configured")
+        }
+    }
+
+    private static func mapping(_ error: AgentAccessError) -> Problem {
+        switch error {
+        case .destinationNotNamed:
+            return .invalid("an access token does not name a registration by itself: say which destination in the \(AgentAccess.destinationHeader) header")
+        case .unknownDestination:
+            return .invalid("unknown destination in \(AgentAccess.destinationHeader)")
+        case .agentsNotTaken:
+            return Problem(.forbidden, .forbidden, "this destination does not take agents' access tokens (registration.implicit)")
+        case .tokenRefused(let detail, let challenge):
+            var problem = Problem(.unauthorized, .invalidClientToken, "the access token was refused: " + detail)
+            problem.headers[.wwwAuthenticate] = challenge
+            return problem
+        case .insufficientScope(let missing, let challenge):
+            var problem = Problem(
+                .forbidden, .forbidden, "the access token lacks scopes this destination asks for: " + missing.joined(separator: " "))
+            problem.headers[.wwwAuthenticate] = challenge
+            return problem
         }
     }
 
@@ -119,4 +154,11 @@ extension Problem {
         case .unexpectedStatus(let status): Problem(.badGateway, .upstreamUnavailable, "the upstream registration answered \(status)")
         }
     }
+}
+
+extension ErrorNames {
+    /// The contract's names, from `Problem.from`: what the domain's metrics and audit log say.
+    static let contract = ErrorNames(
+        code: { Problem.from($0).code.rawValue },
+        isAnswer: { $0 is Problem || $0 is InteractionRequired || $0 is RateLimited || $0 is AgentAccessError })
 }

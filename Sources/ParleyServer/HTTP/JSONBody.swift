@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import ParleyDomain
 
 /// JSON in and out of the Parley API.
 enum JSONBody {
@@ -33,10 +34,5 @@ enum JSONBody {
     /// A typed answer, written by the one JSON writer (`JSONValueEncoder`).
     static func response(_ status: HTTPResponse.Status, _ value: some Encodable) throws -> Response {
         response(status, try JSONValueEncoder().encode(value))
-    }
-
-    /// A typed value as JSON bytes, for bodies Parley sends upstream.
-    static func bytes(_ value: some Encodable) throws -> [UInt8] {
-        try JSONValueEncoder().encode(value).encoded()
     }
 }

@@ -1,5 +1,6 @@
 public import Hummingbird
 import Foundation
+public import ParleyDomain
 
 /// An error answered as `application/problem+json` (RFC 9457) with a stable `code`.
 /// `detail` is written for the client and never carries a secret.
@@ -113,66 +114,5 @@ public struct Problem: HTTPResponseError, Sendable {
         var p = Problem(.serviceUnavailable, .storeUnavailable, "the database is unreachable; try again shortly")
         p.headers[.retryAfter] = "2"
         return p
-    }
-}
-
-/// A small JSON value, for bodies whose shape is fixed by the contract.
-public enum JSONValue: Sendable, Equatable {
-    case null
-    case bool(Bool)
-    case number(Double)
-    case string(String)
-    case array([JSONValue])
-    case object([String: JSONValue])
-
-    public static func optional(_ s: String?) -> JSONValue { s.map { .string($0) } ?? .null }
-
-    public func encoded() -> [UInt8] {
-        var out: [UInt8] = []
-        write(into: &out)
-        return out
-    }
-
-    private func write(into out: inout [UInt8]) {
-        switch self {
-        case .null: out += Array("null".utf8)
-        case .bool(let b): out += Array((b ? "true" : "false").utf8)
-        case .number(let n):
-            if n.rounded() == n, abs(n) < 1e15 { out += Array(String(Int64(n)).utf8) } else { out += Array(String(n).utf8) }
-        case .string(let s): Self.writeString(s, into: &out)
-        case .array(let items):
-            out.append(UInt8(ascii: "["))
-            for (i, item) in items.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                item.write(into: &out)
-            }
-            out.append(UInt8(ascii: "]"))
-        case .object(let members):
-            out.append(UInt8(ascii: "{"))
-            for (i, key) in members.keys.sorted().enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
-                Self.writeString(key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                members[key]!.write(into: &out)
-            }
-            out.append(UInt8(ascii: "}"))
-        }
-    }
-
-    private static func writeString(_ s: String, into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        for u in s.utf8 {
-            switch u {
-            case UInt8(ascii: "\""): out += [92, 34]
-            case UInt8(ascii: "\\"): out += [92, 92]
-            case 0x0A: out += [92, UInt8(ascii: "n")]
-            case 0x0D: out += [92, UInt8(ascii: "r")]
-            case 0x09: out += [92, UInt8(ascii: "t")]
-            case 0..<0x20, UInt8(ascii: "<"), UInt8(ascii: ">"), UInt8(ascii: "&"):
-                out += Array(String(format: "\\u%04x", u).utf8)
-            default: out.append(u)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
     }
 }

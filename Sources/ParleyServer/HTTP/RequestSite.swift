@@ -1,5 +1,7 @@
 import Foundation
 import HTTPTypes
+import Hummingbird
+import ParleyDomain
 
 /// Where a browser request comes from, as its Fetch Metadata (`Sec-Fetch-Site`,
 /// `Sec-Fetch-Mode`, `Sec-Fetch-Dest`) and `Origin` tell: the one rule behind the refusals
@@ -40,4 +42,24 @@ extension HTTPField.Name {
     static let secFetchSite = Self("Sec-Fetch-Site")!
     static let secFetchMode = Self("Sec-Fetch-Mode")!
     static let secFetchDest = Self("Sec-Fetch-Dest")!
+}
+
+extension Request {
+    /// The `wait` query parameter of a long-poll, as it came (`LongPoll.seconds` reads it).
+    var waitParameter: String? { uri.queryParameters.get("wait").map { String($0) } }
+}
+
+extension PageStatus {
+    /// The status a page is sent with.
+    var http: HTTPResponse.Status { HTTPResponse.Status(code: code, reasonPhrase: "") }
+}
+
+extension FlowRoute.Method {
+    /// The method a flow route is mounted for.
+    var http: HTTPRequest.Method {
+        switch self {
+        case .get: .get
+        case .post: .post
+        }
+    }
 }

@@ -2,6 +2,7 @@ import Conversation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import ParleyDomain
 
 /// The upstream's final answer as an HTTP response, for the proxy and the hosted upstream:
 /// end-to-end headers only (`ProxyRules.returnable`), the body read at once when small and

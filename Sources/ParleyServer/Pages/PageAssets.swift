@@ -5,6 +5,7 @@ import Hummingbird
 import NIOCore
 import ParleyCrypto
 import ParleyEncoding
+import ParleyDomain
 
 /// A destination's logo file, read and checked at start (`branding.logo`).
 struct PageLogo: Sendable, Equatable {

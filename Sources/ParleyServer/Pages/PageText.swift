@@ -1,4 +1,5 @@
 import Foundation
+import ParleyDomain
 
 /// The languages Parley's pages speak: a message catalog each (`messages.<code>.json`, compiled
 /// into the binary by scripts/embed-resources.sh). English is complete and the fallback.
@@ -32,45 +33,6 @@ enum PageLanguage: String, CaseIterable, Sendable {
     }
 }
 
-/// How long ago a flow started, to be said in the page's language.
-enum PageAge: Equatable, Sendable {
-    case justNow
-    case minutes(Int)
-    case hours(Int)
-    case days(Int)
-
-    init(since start: Date, now: Date) {
-        let seconds = now.timeIntervalSince(start)
-        guard seconds.isFinite, seconds >= 60 else {
-            self = .justNow
-            return
-        }
-        let minutes = Int(min(seconds, 1e9) / 60)
-        if minutes < 60 {
-            self = .minutes(minutes)
-        } else if minutes / 60 < 48 {
-            self = .hours(minutes / 60)
-        } else {
-            self = .days(minutes / 60 / 24)
-        }
-    }
-
-    var key: String {
-        switch self {
-        case .justNow: "age.justNow"
-        case .minutes(let n): n == 1 ? "age.minute" : "age.minutes"
-        case .hours(let n): n == 1 ? "age.hour" : "age.hours"
-        case .days: "age.days"
-        }
-    }
-
-    var count: Int {
-        switch self {
-        case .justNow: 0
-        case .minutes(let n), .hours(let n), .days(let n): n
-        }
-    }
-}
 
 /// The message catalogs: every text of every page, by key, per language. A text's `{name}`
 /// placeholders are filled with values the template engine escapes afterwards.

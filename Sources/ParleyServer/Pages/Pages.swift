@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import Mustache
 import NIOCore
+import ParleyDomain
 
 /// What every one of Parley's own pages sends: no script anywhere, styles and images only from
 /// Parley itself (`PageAssets`), forms only to Parley, never in a frame, never cached.
@@ -29,46 +30,7 @@ enum Page {
     }
 }
 
-/// Who asked for a sign-in, as the pages name them: the app (an agent's OAuth client, else the
-/// destination's SMP application id) and the device the registration described.
-struct PageRequester: Sendable, Equatable {
-    var app: String?
-    var deviceType: String?
-    var deviceModel: String?
-    var userHint: String?
-
-    init(app: String? = nil, deviceType: String? = nil, deviceModel: String? = nil, userHint: String? = nil) {
-        self.app = app
-        self.deviceType = deviceType
-        self.deviceModel = deviceModel
-        self.userHint = userHint
-    }
-
-    init(_ registration: RegistrationRecord, destination: Destination?) {
-        self.init(
-            app: registration.client ?? destination?.smp?.appId, deviceType: registration.deviceType, deviceModel: registration.deviceModel,
-            userHint: registration.userHint)
-    }
-
-    /// The device in a few words: "iPhone (iPhone15,3)", or whichever half is known.
-    var device: String? {
-        switch (deviceType, deviceModel) {
-        case (let type?, let model?) where type != model: "\(type) (\(model))"
-        case (let type?, _): type
-        case (nil, let model?): model
-        case (nil, nil): nil
-        }
-    }
-}
-
-/// A page that tells the person something went wrong, and what to do: each has its texts in
-/// the catalogs (`notice.<case>.title`, `.text`) and the status and problem code it answers with
-/// (`data-parley-error` on the page).
-enum PageNotice: String, CaseIterable, Sendable {
-    case linkNotValid, cannotStart, formFromOtherPage, confirmationNotValid, expired, answerNotValid
-    case passcodeNotAwaited, passcodeMissing, passcodeRefused
-    case noSignInHere, cannotHost, moreThanOneSignIn, noSuchService, notServedHere, notThisBrowser
-
+extension PageNotice {
     var status: HTTPResponse.Status {
         switch self {
         case .linkNotValid, .cannotStart, .passcodeNotAwaited, .noSuchService, .notServedHere: .notFound
@@ -136,7 +98,7 @@ struct Pages: Sendable {
     func document(_ page: FlowPage, language: PageLanguage, base: String = "") -> PageDocument {
         switch page {
         case .redirect(let location, let status, let cookies):
-            return withCookies(PageDocument(status: status, headers: Page.redirectHeaders(location), html: ""), cookies)
+            return withCookies(PageDocument(status: status.http, headers: Page.redirectHeaders(location), html: ""), cookies)
         case .onward(let location, let cookies):
             var context = common(language, base: base, service: nil, title: text("onward.title", language))
             context["location"] = location
@@ -157,9 +119,9 @@ struct Pages: Sendable {
             var context = common(language, base: base, service: nil, title: title)
             context["paragraphs"] = [message]
             context["attributes"] = self.attributes(attributes)
-            return html(status, fill("message", context), language)
-        case .failure(let problem):
-            return problemPage(problem, language, base: base)
+            return html(status.http, fill("message", context), language)
+        case .failure(let error):
+            return problemPage(Problem.from(error), language, base: base)
         }
     }
 
@@ -362,28 +324,6 @@ struct PageDocument: Sendable {
     var html: String
 }
 
-/// The Basic form's page. The password is never put back into it.
-struct CredentialsForm: Sendable, Equatable {
-    enum Error: String, Sendable, CaseIterable { case incomplete, refused }
-    /// The destination's name.
-    let service: String
-    let action: String
-    let secret: String
-    let error: Error?
-    let requester: PageRequester?
-}
-
-/// The end of a flow as its done page tells it.
-struct FinishedPage: Sendable, Equatable {
-    /// The failure reasons the catalogs explain in words (`failed.<reason>`); others get a general text.
-    static let explainedReasons: Set<String> = ["access_denied", "identity_mismatch", "identity_unknown", "stale_sign_in", "too_many_attempts"]
-
-    let service: String?
-    let status: FlowStatus
-    let reason: String?
-    let age: PageAge
-    let requester: PageRequester?
-}
 
 /// The page templates, compiled into the binary so it runs from any directory. `head` and
 /// `foot` are the layout every page shares.

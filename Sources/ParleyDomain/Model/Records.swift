@@ -1,0 +1,305 @@
+public import AuthFlows
+public import Conversation
+public import Foundation
+
+/// A registration's lifecycle. Stored as text; the raw values are the contract's.
+public enum RegistrationStatus: String, Sendable, CaseIterable {
+    case active
+    case loginRequired = "login_required"
+    /// The destination's policy is `approval`: nothing upstream until an administrator approves.
+    case pendingApproval = "pending_approval"
+    /// Its credentials can no longer be renewed without a person (a refresh token was
+    /// rejected); `active` again when a flow completes.
+    case reconnectRequired = "reconnect_required"
+}
+
+/// The kinds of interactive flow: the ones a conversation can ask for.
+public typealias FlowKind = InteractionRequest.Kind
+
+public enum FlowStatus: String, Sendable, CaseIterable {
+    case pending, completed, failed, expired
+}
+
+/// Why a flow exists: a sign-in for the thin client, or the login an SMP registration waits on.
+public enum FlowPurpose: String, Sendable, CaseIterable {
+    case login
+    case smpRegistration = "smp_registration"
+    /// A fresh sign-in a destination's `stepUp` rule asks for before a high-impact call.
+    case stepUp = "step_up"
+}
+
+/// Whose credentials a registration holds: set once, by a verified identity token when the
+/// registration is created (`verified`), else by the sign-in of its first completed flow.
+public struct RegistrationUser: Sendable, Equatable {
+    /// The identity provider (`iss` of the identity token; for a first sign-in, whoever vouched
+    /// for it: the authorization server, the SAML IdP, the destination for Basic).
+    public var issuer: String
+    public var subject: String
+    /// True when an identity token Parley checked named the user.
+    public var verified: Bool
+    /// The value later sign-ins are compared with, normalised by `RegistrationUser.normalized`:
+    /// the destination's `identity.match` claim of the identity token, or the first sign-in's identity.
+    public var match: String
+
+    public init(issuer: String, subject: String, verified: Bool, match: String) {
+        self.issuer = issuer
+        self.subject = subject
+        self.verified = verified
+        self.match = RegistrationUser.normalized(match)
+    }
+
+    /// How a signed-in identity and `match` are made comparable: exactly, but for the case of
+    /// ASCII letters. No other folding: Unicode lower-casing would make the Kelvin sign (U+212A)
+    /// a `k`, and so another person's name.
+    public static func normalized(_ value: String) -> String {
+        String(decoding: value.utf8.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+
+    /// Whether the name a sign-in gave is the one this user is compared by.
+    public func matchesName(_ signedIn: String) -> Bool { Self.normalized(signedIn) == match }
+}
+
+/// A registration as stored, secrets still sealed.
+public struct RegistrationRecord: Sendable, Equatable {
+    public var id: UUID { didSet { idString = id.uuidString.lowercased() } }
+    public var destination: String
+    public var status: RegistrationStatus
+    public var appcidSealed: [UInt8]?
+    public var deviceType: String?
+    public var deviceModel: String?
+    public var userHint: String?
+    public var returnUrl: String?
+    public var credentialsSealed: [UInt8]?
+    public var clientCertificateSealed: [UInt8]?
+    public var createdAt: Date
+    /// Whose credentials these are; nil until a verified token or a first sign-in sets it.
+    public var user: RegistrationUser?
+    /// The verified user's identity token (`PropagatedIdentity` as JSON), sealed; kept only for
+    /// a destination whose propagation grant speaks for the user.
+    public var identityTokenSealed: [UInt8]?
+    /// The agent's OAuth client (`client_id`, else `azp`, of its access token) for a registration
+    /// an agent's JWT access token created on first use; nil for a thin client's registration.
+    public var client: String?
+    /// When a person last completed an interactive sign-in for it (any flow); nil: never.
+    public var signedInAt: Date?
+
+    /// The id as text, made once (logs and seal bindings use it on every request).
+    public private(set) var idString: String
+
+    public init(
+        id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
+        deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
+        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil, client: String? = nil, signedInAt: Date? = nil
+    ) {
+        self.signedInAt = signedInAt
+        self.identityTokenSealed = identityTokenSealed
+        self.client = client
+        self.id = id
+        self.idString = id.uuidString.lowercased()
+        self.destination = destination
+        self.status = status
+        self.appcidSealed = appcidSealed
+        self.deviceType = deviceType
+        self.deviceModel = deviceModel
+        self.userHint = userHint
+        self.returnUrl = returnUrl
+        self.credentialsSealed = credentialsSealed
+        self.clientCertificateSealed = clientCertificateSealed
+        self.createdAt = createdAt
+        self.user = user
+    }
+}
+
+/// A flow row: what every kind has. The URL secret exists only as a hash (also sealed, so
+/// its owner can read the URL again); whatever else a kind keeps is its own, sealed in
+/// `kindState` (see `FlowKindState`), so this record and the table do not grow per kind.
+public struct FlowRecord: Sendable, Equatable {
+    public var id: UUID
+    public var registrationID: UUID
+    public var kind: FlowKind
+    public var purpose: FlowPurpose
+    public var secretHash: [UInt8]
+    public var secretSealed: [UInt8]?
+    public var scopeKey: String?
+    public var status: FlowStatus
+    public var error: String?
+    public var returnUrl: String?
+    /// The upstream URL that met the challenge (basic: retried with the form's
+    /// credentials; otp: the OTP form with its additional parameters).
+    public var challengeURL: String?
+    /// The kind's own state, sealed and bound to this row; opaque to everything but the kind.
+    public var kindState: [UInt8]?
+    /// Cookies the upstream set through the hosted upstream during this flow (`StagedCookies`,
+    /// sealed), kept from the registration's jar until the flow completes as its user.
+    public var stagedCookies: [UInt8]?
+    public var expiresAt: Date
+    public var createdAt: Date
+
+    public var idString: String { id.uuidString.lowercased() }
+
+    public init(
+        id: UUID, registrationID: UUID, kind: FlowKind, purpose: FlowPurpose, secretHash: [UInt8], secretSealed: [UInt8]?,
+        scopeKey: String?, status: FlowStatus = .pending, error: String? = nil, returnUrl: String?, challengeURL: String? = nil,
+        kindState: [UInt8]? = nil, stagedCookies: [UInt8]? = nil, expiresAt: Date, createdAt: Date
+    ) {
+        self.id = id
+        self.registrationID = registrationID
+        self.kind = kind
+        self.purpose = purpose
+        self.secretHash = secretHash
+        self.secretSealed = secretSealed
+        self.scopeKey = scopeKey
+        self.status = status
+        self.error = error
+        self.returnUrl = returnUrl
+        self.challengeURL = challengeURL
+        self.kindState = kindState
+        self.stagedCookies = stagedCookies
+        self.expiresAt = expiresAt
+        self.createdAt = createdAt
+    }
+}
+
+/// Who acted, for the audit log.
+public enum AuditActor: String, Sendable { case client, admin, system }
+
+/// One audit event: who did what, when; never a secret.
+public struct AuditEvent: Sendable, Equatable {
+    public var action: String
+    public var actor: AuditActor
+    public var registrationID: UUID?
+    public var destination: String?
+    public var detail: [String: String]
+
+    public init(action: String, actor: AuditActor, registrationID: UUID? = nil, destination: String? = nil, detail: [String: String] = [:]) {
+        self.action = action
+        self.actor = actor
+        self.registrationID = registrationID
+        self.destination = destination
+        self.detail = detail
+    }
+}
+
+/// The administrator a valid admin token stands for. Only the token's hash is kept; the
+/// identity is its position in `PARLEY_ADMIN_TOKENS`, enough for the audit log.
+public struct AdminIdentity: Sendable, Equatable {
+    public let index: Int
+    public var name: String { "admin-\(index + 1)" }
+
+    package init(index: Int) {
+        self.index = index
+    }
+}
+
+/// A lifecycle event, written with the change it reports (the outbox): its type and its detail
+/// (ids and reasons, never a secret). The row adds the registration, destination and user.
+public struct LifecycleEvent: Sendable, Equatable {
+    public var type: LifecycleEventType
+    public var detail: [String: String]
+
+    public init(_ type: LifecycleEventType, detail: [String: String] = [:]) {
+        self.type = type
+        self.detail = detail
+    }
+}
+
+/// An event as stored, with its deliveries (one per webhook endpoint it went to).
+public struct StoredLifecycleEvent: Sendable, Equatable {
+    public var id: UUID
+    public var seq: Int64
+    public var type: String
+    public var at: Date
+    public var registrationID: UUID?
+    public var destination: String?
+    public var user: EventUser?
+    public var detail: [String: String]
+    public var deliveries: [WebhookDeliveryState]
+
+    public init(
+        id: UUID, seq: Int64, type: String, at: Date, registrationID: UUID?, destination: String?, user: EventUser?, detail: [String: String],
+        deliveries: [WebhookDeliveryState] = []
+    ) {
+        self.id = id
+        self.seq = seq
+        self.type = type
+        self.at = at
+        self.registrationID = registrationID
+        self.destination = destination
+        self.user = user
+        self.detail = detail
+        self.deliveries = deliveries
+    }
+}
+
+/// The user an event names (the registration's, when it had one).
+public struct EventUser: Sendable, Equatable {
+    public var issuer: String
+    public var subject: String
+    public var verified: Bool
+
+    public init(issuer: String, subject: String, verified: Bool) {
+        self.issuer = issuer
+        self.subject = subject
+        self.verified = verified
+    }
+}
+
+/// One endpoint's delivery of one event: where it stands.
+public struct WebhookDeliveryState: Sendable, Equatable {
+    public enum Status: String, Sendable { case pending, delivered, failed }
+    public var endpoint: String
+    public var status: Status
+    public var attempts: Int
+    public var nextAttemptAt: Date?
+    public var lastAttemptAt: Date?
+    /// The HTTP status of the last attempt (nil: no answer).
+    public var lastStatus: Int?
+    /// Why the last attempt failed, in words (no body of the endpoint's answer).
+    public var lastError: String?
+    public var deliveredAt: Date?
+    /// The attempts, oldest first (the last 20).
+    public var history: [WebhookAttempt]
+
+    public init(
+        endpoint: String, status: Status, attempts: Int, nextAttemptAt: Date?, lastAttemptAt: Date?, lastStatus: Int?, lastError: String?,
+        deliveredAt: Date?, history: [WebhookAttempt] = []
+    ) {
+        self.history = history
+        self.endpoint = endpoint
+        self.status = status
+        self.attempts = attempts
+        self.nextAttemptAt = nextAttemptAt
+        self.lastAttemptAt = lastAttemptAt
+        self.lastStatus = lastStatus
+        self.lastError = lastError
+        self.deliveredAt = deliveredAt
+    }
+}
+
+/// One attempt to deliver an event: when, the endpoint's HTTP status (nil: no answer), and why
+/// it failed in words (nil: delivered).
+public struct WebhookAttempt: Sendable, Equatable {
+    public var at: Date
+    public var status: Int?
+    public var error: String?
+
+    public init(at: Date, status: Int?, error: String?) {
+        self.at = at
+        self.status = status
+        self.error = error
+    }
+}
+
+/// A delivery one instance holds the lease of and sends now.
+public struct DueDelivery: Sendable, Equatable {
+    public var event: StoredLifecycleEvent
+    public var endpoint: String
+    /// Attempts before this one.
+    public var attempts: Int
+
+    public init(event: StoredLifecycleEvent, endpoint: String, attempts: Int) {
+        self.event = event
+        self.endpoint = endpoint
+        self.attempts = attempts
+    }
+}
