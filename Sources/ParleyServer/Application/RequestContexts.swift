@@ -1,4 +1,5 @@
 public import Hummingbird
+import AuthFlows
 import Logging
 import NIOCore
 public import ParleyDomain
@@ -13,8 +14,12 @@ public struct ParleyRequestContext: RequestContext {
     public var admin: AdminIdentity?
     /// The peer's IP address (the balancer's, behind one).
     public let peerAddress: String?
-    /// Set by `ProxyAdmission`: the proxied request's in-flight slot, held until its answer is written.
+    /// Set by `ProxyAdmission` and `HostedUpstreamAdmission`: the request's in-flight slot, held
+    /// by the upstream's answer until its body is written (`UpstreamAnswer`), else until the
+    /// request is done.
     var inFlight: InFlightTicket?
+    /// Set by `ProxyAdmission`: the registration's destination, looked up once for the call.
+    var destination: Destination?
 
     public init(source: Source) {
         coreContext = .init(source: source)
@@ -26,24 +31,48 @@ public struct ParleyRequestContext: RequestContext {
 public struct ClientRequestContext: ChildRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let registration: RegistrationRecord
-    /// The in-flight slot `ProxyAdmission` gave a proxied request.
-    let inFlight: InFlightTicket?
 
     public init(context: ParleyRequestContext) throws {
         guard let registration = context.registration else { throw Problem.invalidClientToken }
         coreContext = context.coreContext
         self.registration = registration
-        inFlight = context.inFlight
     }
 }
 
 extension ClientRequestContext {
     /// The registration, unless it still waits for an administrator's approval (`403 forbidden`).
     func approvedRegistration() throws(Problem) -> RegistrationRecord {
+        try Self.approved(registration)
+    }
+
+    static func approved(_ registration: RegistrationRecord) throws(Problem) -> RegistrationRecord {
         guard registration.status != .pendingApproval else {
             throw Problem(.forbidden, .forbidden, "the registration waits for an administrator's approval")
         }
         return registration
+    }
+}
+
+/// A proxied call as `ProxyAdmission` let it in, built once and carried to the end of the
+/// request: the registration (approved), its destination, and the in-flight slot the answer holds
+/// until its body is written.
+public struct ProxyRequestContext: ChildRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let registration: RegistrationRecord
+    let destination: Destination
+    let inFlight: InFlightTicket
+
+    public init(context: ParleyRequestContext) throws {
+        guard let registration = context.registration else { throw Problem.invalidClientToken }
+        let approved = try ClientRequestContext.approved(registration)
+        // Admission runs before every proxied route (`Routes`); without it there is no call to make.
+        guard let destination = context.destination, let inFlight = context.inFlight else {
+            throw Problem(.internalServerError, .internalError, "the call was not admitted")
+        }
+        coreContext = context.coreContext
+        self.registration = approved
+        self.destination = destination
+        self.inFlight = inFlight
     }
 }
 

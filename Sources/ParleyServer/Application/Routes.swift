@@ -69,7 +69,7 @@ func addRoutes(
         .add(middleware: challenge)
         .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents, limits: c.limits))
         .add(middleware: c.proxyAdmission)
-        .group(context: ClientRequestContext.self)
+        .group(context: ProxyRequestContext.self)
     for method in ProxyController.methods {
         proxy.on("", method: method, use: c.proxy.forward)
         proxy.on("**", method: method, use: c.proxy.forward)

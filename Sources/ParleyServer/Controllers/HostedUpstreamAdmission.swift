@@ -5,8 +5,8 @@ import ParleyDomain
 /// Who may send a request on the hosted upstream's web path (`/web/{destination}/…`) now:
 /// the web path's rate limit and its in-flight cap, both per client address (the browser
 /// is not known yet: its binding cookie is read after this). Refusals are HTML pages with
-/// `Retry-After`, boxed like every other answer there (`WebPathBox`); the in-flight slot is held
-/// until the answer's body is written.
+/// `Retry-After`, boxed like every other answer there (`WebPathBox`). The in-flight slot travels
+/// in the context, as the proxy's does: the upstream's answer holds it until its body is written.
 struct HostedUpstreamAdmission: RouterMiddleware {
     typealias Context = ParleyRequestContext
     let limits: RateLimits
@@ -22,12 +22,8 @@ struct HostedUpstreamAdmission: RouterMiddleware {
         } catch {
             return WebPathBox.boxed(pages.problem(error, for: request))
         }
-        var response = try await next(request, context)
-        let body = response.body
-        response.body = ResponseBody(contentLength: body.contentLength) { writer in
-            defer { ticket.release() }
-            try await body.write(writer)
-        }
-        return response
+        var context = context
+        context.inFlight = ticket
+        return try await next(request, context)
     }
 }

@@ -86,7 +86,7 @@ struct HostedUpstreamController: Sendable {
             response.body.discard()
             return finished(flow, destination: destination)
         }
-        return try await browserResponse(response, requestURL: outgoing.url, destination: destination, isHead: request.method == .head)
+        return try await browserResponse(response, requestURL: outgoing.url, destination: destination, isHead: request.method == .head, ticket: context.inFlight)
     }
 
     /// The flow this browser is bound to on this destination's path, with its registration
@@ -119,13 +119,13 @@ struct HostedUpstreamController: Sendable {
 
     /// The upstream's answer for the browser: its headers minus `Set-Cookie` (kept in the jar)
     /// and hop-by-hop ones, an upstream-origin `Location` mapped into the web path.
-    private func browserResponse(_ upstream: UpstreamResponse, requestURL: String, destination: Destination, isHead: Bool) async throws -> Response {
+    private func browserResponse(_ upstream: UpstreamResponse, requestURL: String, destination: Destination, isHead: Bool, ticket: InFlightTicket?) async throws -> Response {
         var upstream = upstream
         if let location = upstream.headers["Location"], let absolute = URLParts.resolve(location, against: requestURL),
             let mapped = binding.publicLocation(forUpstream: absolute, destination: destination)
         {
             upstream.headers.set("Location", mapped)
         }
-        return try await UpstreamAnswer.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead)
+        return try await UpstreamAnswer.response(from: upstream, csrf: destination.csrfEnabled, isHead: isHead, ticket: ticket)
     }
 }

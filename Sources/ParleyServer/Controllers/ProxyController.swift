@@ -25,9 +25,9 @@ struct ProxyController: Sendable {
     /// `Prefer: wait=N`: a challenged call held until its sign-in completes.
     var signInWaits: SignInWaits? = nil
 
-    @Sendable func forward(_ request: Request, context: ClientRequestContext) async throws -> Response {
-        let registration = try context.approvedRegistration()
-        let destination = try conversations.destination(of: registration)
+    @Sendable func forward(_ request: Request, context: ProxyRequestContext) async throws -> Response {
+        let registration = context.registration
+        let destination = context.destination
         let outgoing = try exchange.outgoing(request, prefix: Self.prefix, destination: destination)
         if let stepUp, !destination.stepUpRules.isEmpty { try await stepUp.check(outgoing, registration: registration, destination: destination) }
         let waitSeconds: Int? = signInWaits == nil ? nil : PreferWait.seconds(in: request.headers[values: .preferHeader])
@@ -66,7 +66,8 @@ struct ProxyController: Sendable {
 
 /// Who may send a proxied request now: the registration's rate limit, the failed-login lock
 /// of a registration whose held credentials are checked upstream, and the cap on requests
-/// in flight (its slot travels in the context until the answer's body is written).
+/// in flight. What it decided (the destination, looked up here once, and the slot) travels in
+/// the context (`ProxyRequestContext`) until the answer's body is written.
 struct ProxyAdmission: RouterMiddleware {
     typealias Context = ParleyRequestContext
     let conversations: Conversations
@@ -77,10 +78,12 @@ struct ProxyAdmission: RouterMiddleware {
         // Without a registration the authenticator before this one has answered already.
         guard let registration = context.registration, registration.status != .pendingApproval else { return try await next(request, context) }
         try limits.check(limits.proxy, registration.idString, kind: "proxy")
-        if let destination = try? conversations.destination(of: registration), destination.checksHeldCredentials(registration) {
+        let destination = try conversations.destination(of: registration)
+        if destination.checksHeldCredentials(registration) {
             try limits.checkLoginAllowed(LoginAttempt(registration: registration.id))
         }
         var context = context
+        context.destination = destination
         context.inFlight = try inFlight.admit(registration.id)
         return try await next(request, context)
     }
