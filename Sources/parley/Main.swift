@@ -78,7 +78,8 @@ struct Serve: AsyncParsableCommand {
                 let applied = try await migrate(store: store, source: configuration.database.migrations, logger: logger)
                 logger.info("migrations checked", metadata: ["migrations.applied": "\(applied.count)"])
             }
-            sweepSpool(configuration: configuration, logger: logger)
+            StartupChecks.sweepSpool(configuration, logger: logger)
+            StartupChecks.warnAboutDestinations(configuration, logger: logger)
             let transport = CurlTransport(configuration: configuration.transport, logger: logger)
             let dependencies = ParleyDependencies.postgres(configuration: configuration, store: store, transport: transport, logger: logger)
             let app = try buildApplication(

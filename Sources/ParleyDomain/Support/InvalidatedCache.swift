@@ -15,7 +15,7 @@ public protocol CacheStatisticsSource: Sendable {
 /// an entry goes when a change to its registration is announced, from any instance.
 /// While the signal is lost the cache is suspended: it holds and serves nothing, so no
 /// instance acts on a view it cannot hear about. `lifetime` is only a safety net.
-package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: CacheStatisticsSource {
     private struct State {
         package var entries: [Key: (value: Value, until: ContinuousClock.Instant)] = [:]
         /// Until the signal is up, nothing is cached.
@@ -47,6 +47,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
 
     /// Lookups answered from the cache and not, since start (for `/metrics`).
     package var statistics: CacheStatistics { CacheStatistics(hits: hits.load(ordering: .relaxed), misses: misses.load(ordering: .relaxed)) }
+    package var cacheStatistics: CacheStatistics { statistics }
     private let lifetime: Duration
     private let capacity: Int
 

@@ -50,7 +50,7 @@ struct ClientAuthenticator: RouterMiddleware {
             var client: String?
             found = try await clientTokens.registration(token: token, cached: cached) {
                 guard let limits else { return }
-                let address = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+                let address = limits.client(of: request, peer: context.peerAddress)
                 client = address
                 try limits.checkClientTokenAllowed(client: address)
             }
@@ -78,8 +78,7 @@ struct AdminAuthenticator: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let presented = bearerToken(request)
-        let client = failures?.limits.clientAddress(
-            peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let client = failures?.limits.client(of: request, peer: context.peerAddress)
         if let failures, let client { try failures.limits.checkAdminAllowed(client: client) }
         guard let admin = identify(presented) else {
             if let failures, let client, presented != nil { await failures.failed(client: client, logger: context.logger) }

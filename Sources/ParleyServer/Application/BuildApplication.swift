@@ -9,95 +9,6 @@ public import Store
 public import UnixSignals
 public import ParleyDomain
 
-/// What an instance stands on: storage, signals, the upstream transport and the
-/// clock. `postgres(…)` is production's; ParleyTesting builds in-memory twins.
-/// A connection pool's state at one moment.
-public struct PoolStatistics: Sendable {
-    public var open: Int
-    public var idle: Int
-    public var waiting: Int
-    public init(open: Int, idle: Int, waiting: Int) {
-        self.open = open
-        self.idle = idle
-        self.waiting = waiting
-    }
-}
-
-public struct ParleyDependencies: Sendable {
-    public var registrations: any RegistrationRepository
-    public var flows: any FlowRepository
-    public var cookies: any CookieRepository
-    public var tokens: any TokenRepository
-    public var audit: any AuditRepository
-    public var administration: any AdministrationRepository
-    public var flowSignals: any FlowSignals
-    public var cacheSignals: any CacheSignals
-    public var readiness: any ReadinessProbe
-    public var transport: any Transport
-    public var clock: any WallClock
-    /// Long-lived parts, in start order (they stop in reverse, after the HTTP server).
-    public var services: [any Service]
-    /// The database pool's counters, for `/metrics` (nil without a database).
-    public var storeStatistics: (@Sendable () -> PoolStatistics)?
-    /// Lifecycle events and their webhook deliveries (nil: the in-memory tier, which has no outbox).
-    public var events: (any EventRepository)?
-    /// The revocations' not-befores and the logout tokens taken.
-    public var notBefores: any NotBeforeRepository = InMemoryNotBefores()
-    /// The live instances, among which every limit is shared out.
-    public var instances: any InstanceRepository = SingleInstance()
-    /// Retention (expired flows and cookies, old audit events); nil: nothing to purge.
-    public var retention: (any RetentionRepository)?
-    /// The per-instance caches the repositories keep, for `/metrics` (name → its counters).
-    public var cacheStatistics: [(name: String, source: any CacheStatisticsSource)] = []
-
-    public init(
-        registrations: any RegistrationRepository, flows: any FlowRepository, cookies: any CookieRepository, tokens: any TokenRepository,
-        audit: any AuditRepository, administration: any AdministrationRepository, flowSignals: any FlowSignals,
-        cacheSignals: any CacheSignals, readiness: any ReadinessProbe, transport: any Transport,
-        clock: any WallClock, services: [any Service] = []
-    ) {
-        self.registrations = registrations
-        self.flows = flows
-        self.cookies = cookies
-        self.tokens = tokens
-        self.audit = audit
-        self.administration = administration
-        self.flowSignals = flowSignals
-        self.cacheSignals = cacheSignals
-        self.readiness = readiness
-        self.transport = transport
-        self.clock = clock
-        self.services = services
-    }
-
-    /// PostgreSQL for every repository, `LISTEN/NOTIFY` for flow signals.
-    public static func postgres(
-        configuration: ParleyConfiguration, store: PostgresStore, transport: any Transport, clock: any WallClock = SystemClock(),
-        logger: Logger
-    ) -> ParleyDependencies {
-        let listener = NotificationListener(configuration: StoreConfiguration(connectionString: configuration.database.url), logger: logger)
-        let signals = PostgresFlowSignals(store: store, listener: listener)
-        let cookies = PostgresCookies(store: store, keyRing: configuration.keys.keyRing)
-        let tokens = PostgresTokens(store: store, keyRing: configuration.keys.keyRing)
-        let administration = PostgresAdministration(store: store, keyRing: configuration.keys.keyRing)
-        var dependencies = ParleyDependencies(
-            registrations: PostgresRegistrations(store: store), flows: PostgresFlows(store: store), cookies: cookies, tokens: tokens,
-            audit: PostgresAudit(store: store), administration: administration, flowSignals: signals,
-            cacheSignals: PostgresCacheSignals(store: store, listener: listener),
-            readiness: PostgresReadiness(store: store, migrations: configuration.database.migrations), transport: transport, clock: clock,
-            services: [store, listener, signals])
-        dependencies.events = PostgresEvents(store: store)
-        dependencies.notBefores = PostgresNotBefores(store: store)
-        dependencies.instances = PostgresInstances(store: store)
-        dependencies.retention = administration
-        dependencies.cacheStatistics = [("cookie_jars", cookies), ("oauth2_tokens", tokens)]
-        dependencies.storeStatistics = {
-            let s = store.statistics
-            return PoolStatistics(open: s.open, idle: s.idle, waiting: s.waiting)
-        }
-        return dependencies
-    }
-}
 
 /// The router with every route (see `compose`).
 public func buildRouter(
@@ -190,27 +101,11 @@ func compose(
             OTPFlow(environment),
             BasicFormFlow(environment, invalidation: invalidation, limits: limits),
         ] + additionalFlowKinds.map { $0(environment) })
-    // What /metrics reads at each scrape: pool, spool, cache hit ratios.
-    let statisticsSource = d.storeStatistics
-    let repositoryCaches = d.cacheStatistics
-    metrics.addSampler { metrics in
-        if let pool = statisticsSource?() {
-            metrics.set(.poolConnections, [("state", "open")], Double(pool.open))
-            metrics.set(.poolConnections, [("state", "idle")], Double(pool.idle))
-            metrics.set(.poolWaiters, [], Double(pool.waiting))
-        }
-        for (issuer, seconds) in identityTokens.keySetAges() { metrics.set(.identityKeySetAge, [("issuer", issuer)], seconds) }
-        metrics.set(.clusterInstances, [], Double(cluster.instances))
-        metrics.set(.spoolBytes, [], Double(spool.usedBytes))
-        metrics.set(.spoolWrittenBytes, [], Double(spool.bytesWritten))
-        metrics.set(.spoolWriteSeconds, [], spool.writeSeconds)
-        let caches = [("client_tokens", clientTokens.recent.statistics), ("agent_registrations", agents.recent.statistics)]
-            + repositoryCaches.map { ($0.name, $0.source.cacheStatistics) }
-        for (name, statistics) in caches {
-            metrics.set(.cacheHits, [("cache", name)], Double(statistics.hits))
-            metrics.set(.cacheLookups, [("cache", name)], Double(statistics.hits + statistics.misses))
-        }
-    }
+    metrics.addSampler(
+        ScrapeGauges(
+            pool: d.storeStatistics, identityTokens: identityTokens, cluster: cluster, spool: spool,
+            caches: [("client_tokens", clientTokens.recent), ("agent_registrations", agents.recent)] + d.cacheStatistics
+        ).sample)
     let pages = Pages(
         destinations: configuration.destinations,
         assets: PageAssets(destinations: Array(configuration.destinations.values), logos: configuration.pageLogos),
@@ -264,21 +159,6 @@ func compose(
         pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits)
 
     let routeTable = RouteTable()
-    for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name })
-    where destination.registrationPolicy == .open && destination.holdsSharedCredentials {
-        logger.warning(
-            "anyone who can reach Parley may register with this destination and use its shared credentials; set registration.policy",
-            metadata: ["destination": .string(destination.name)])
-    }
-    // Consent phishing: where identity providers are listed, a destination that still lets a
-    // registration without a verified user start a sign-in says so at every start.
-    if !configuration.identityProviders.isEmpty {
-        for destination in configuration.destinations.values.sorted(by: { $0.name < $1.name }) where destination.identityOptionalWithSignIn {
-            logger.warning(
-                "registration.identity is optional: a registration without a verified user can start a sign-in here, and whoever finishes it becomes its user; prefer required",
-                metadata: ["destination": .string(destination.name)])
-        }
-    }
     let router = Router(context: ParleyRequestContext.self)
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
@@ -326,57 +206,9 @@ public func buildApplication(
         logger: logger)
 }
 
-/// Before an instance serves: the spool files an earlier process left behind go (only possible
-/// where the file system has no `O_TMPFILE` and that process died between create and unlink).
-/// Run by `parley serve` before `buildApplication`, so no request of this process has a spool
-/// file yet; `compose` only composes.
-public func sweepSpool(configuration: ParleyConfiguration, logger: Logger) {
-    let swept = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes).sweep()
-    if swept > 0 { logger.warning("removed spool files an earlier process left behind", metadata: ["spool.files": "\(swept)"]) }
-}
 
 /// Applies pending migrations under the store's advisory lock.
 public func migrate(store: PostgresStore, source: MigrationSource, logger: Logger) async throws -> [String] {
     try await Migrator(store: store, source: source, logger: logger).migrate()
 }
 
-/// Hears the stop signal before the HTTP server drains: the server is the first service
-/// to stop and waits for what it holds, so long-polls must be told at the signal itself
-/// (they answer with the flow's state, and the client asks again elsewhere).
-public struct ShutdownNotice: Service, CustomStringConvertible {
-    let signals: [UnixSignal]
-    let notice: @Sendable () -> Void
-    public var description: String { "ShutdownNotice" }
-
-    public init(signals: [UnixSignal] = [.sigterm, .sigint], _ notice: @escaping @Sendable () -> Void) {
-        self.signals = signals
-        self.notice = notice
-    }
-
-    public func run() async throws {
-        let heard = await cancelWhenGracefulShutdown {
-            for await _ in await UnixSignalsSequence(trapping: signals) { return true }
-            return false
-        }
-        if heard == true { notice() }
-        // A service that returns early ends its group: stay until the group stops.
-        try? await gracefulShutdown()
-    }
-}
-
-/// Runs until graceful shutdown, then releases a resource (the libcurl transport).
-public struct ShutdownHook: Service, CustomStringConvertible {
-    let name: String
-    public var description: String { "ShutdownHook(\(name))" }
-    let action: @Sendable () async -> Void
-
-    public init(name: String, action: @escaping @Sendable () async -> Void) {
-        self.name = name
-        self.action = action
-    }
-
-    public func run() async throws {
-        try? await gracefulShutdown()
-        await action()
-    }
-}

@@ -102,7 +102,7 @@ struct FlowPagesController: Sendable {
                     let body = try await request.body.collect(upTo: Self.maxFormBytes)
                     fields += PercentEncoding.decodeForm(String(buffer: body)) ?? []
                 }
-                let client = clientAddress(context.peerAddress, request.headers[HTTPField.Name("X-Forwarded-For")!])
+                let client = clientAddress(context.peerAddress, request.headers[.xForwardedFor])
                 return try await route.handler(FlowInput(id: context.parameters.get("id"), fields: fields, client: client), context.logger)
             }
         }

@@ -14,7 +14,7 @@ struct HostedUpstreamAdmission: RouterMiddleware {
     let pages: Pages
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let client = limits.client(of: request, peer: context.peerAddress)
         let ticket: InFlightTicket
         do throws(Problem) {
             try limits.check(limits.web, client, kind: "web")

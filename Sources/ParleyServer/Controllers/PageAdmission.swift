@@ -21,7 +21,7 @@ struct PageAdmission: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let client = limits.client(of: request, peer: context.peerAddress)
         do throws(Problem) {
             try limits.check(limits.pages, client, kind: "pages")
         } catch {

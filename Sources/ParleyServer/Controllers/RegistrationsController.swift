@@ -10,7 +10,7 @@ struct RegistrationAdmission: RouterMiddleware {
     let limits: RateLimits
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let client = limits.clientAddress(peer: context.peerAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let client = limits.client(of: request, peer: context.peerAddress)
         try limits.check(limits.registrations, client, kind: "registration")
         return try await next(request, context)
     }

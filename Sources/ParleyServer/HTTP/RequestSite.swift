@@ -42,6 +42,15 @@ extension HTTPField.Name {
     static let secFetchSite = Self("Sec-Fetch-Site")!
     static let secFetchMode = Self("Sec-Fetch-Mode")!
     static let secFetchDest = Self("Sec-Fetch-Dest")!
+    static let xForwardedFor = Self("X-Forwarded-For")!
+}
+
+extension RateLimits {
+    /// The key `request`'s client is counted under: `clientAddress(peer:forwardedFor:)` of the
+    /// peer and the request's `X-Forwarded-For`.
+    func client(of request: Request, peer: String?) -> String {
+        clientAddress(peer: peer, forwardedFor: request.headers[.xForwardedFor])
+    }
 }
 
 extension Request {
