@@ -126,8 +126,9 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
-            // The pages' stylesheet and message catalogs, compiled in by scripts/embed-resources.sh.
-            exclude: ["Pages/style.css", "Pages/messages.de.json", "Pages/messages.en.json"],
+            // The pages' stylesheet and message catalogs and the web apps' ES module, compiled in by
+            // scripts/embed-resources.sh.
+            exclude: ["Pages/style.css", "Pages/parley.js", "Pages/messages.de.json", "Pages/messages.en.json"],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

@@ -2,7 +2,7 @@
 # Compiles the files the binary carries into Swift sources, so it runs from any directory:
 #   migrations/*.sql   -> Sources/ParleyServer/Generated/EmbeddedMigrations.swift
 #   docs/openapi.json  -> Sources/ParleyServer/Generated/EmbeddedOpenAPI.swift
-#   Sources/ParleyServer/Pages/{style.css,messages.*.json}
+#   Sources/ParleyServer/Pages/{style.css,parley.js,messages.*.json}
 #                      -> Sources/ParleyServer/Generated/EmbeddedPages.swift
 # Run it after changing any of them; a test fails while an embedded copy differs from its file.
 set -euo pipefail
@@ -57,6 +57,10 @@ out=Sources/ParleyServer/Generated/EmbeddedPages.swift
   echo "enum EmbeddedPages {"
   echo "    static let stylesheet ="
   literal Sources/ParleyServer/Pages/style.css "        "
+  echo
+  echo "    /// The ES module for web apps, served at /sdk/parley.js."
+  echo "    static let browserModule ="
+  literal Sources/ParleyServer/Pages/parley.js "        "
   echo
   echo "    /// One catalog per language, in file-name order."
   echo "    static let catalogs: [(language: String, json: String)] = ["

@@ -232,6 +232,13 @@ identityProviders:
   - issuer: $sim
     jwksUri: $sim/idp/jwks
     audiences: [parley]
+# A web app on the simulator's origin ($sim/demo/shop.html): its registrations' client token is
+# an HttpOnly cookie no script reads; it calls demo-oauth through Parley's ES module.
+browserApps:
+  - name: demo-shop
+    origins: ["$sim"]
+    destinations: [demo-oauth]
+    returnUrls: ["$sim/demo/shop.html?parley=$(printf %s "$public" | sed 's/%/%25/g; s/:/%3A/g; s#/#%2F#g')"]
 destinations:
   # Basic, SAP CSRF tokens and SMP registration (APPCID).
   - name: demo
@@ -470,6 +477,12 @@ demo-cert: a client certificate (Parley presents the destination's PKCS#12 in th
   #   and "x-client-subject":["CN=parley-demo-client"]: the certificate Parley presented.
   # Without a certificate nginx closes the connection unanswered (curl error 52):
   curl -sS --cacert $tls/ca.pem https://127.0.0.1:$tls_port/echo/hello
+
+Browser app: a web page on another origin (the simulator's) that never holds a token
+  open '$sim/demo/shop.html?parley=$public'
+  # It registers this browser with demo-oauth (its client token is an HttpOnly cookie), calls
+  # /hello through Parley's module, is sent to sign in (alice / wonderland), comes back, and
+  # shows the answer. document.cookie and the page's storage hold nothing of Parley's.
 
 Verified users: the file's identityProviders lists the simulator's demo identity
 provider; a registration that carries one of its tokens has a verified user.

@@ -12,11 +12,17 @@ public enum DestinationsDocument {
         public var identityProviders: [IdentityProviderSpec]?
         /// Webhook endpoints for the events of every destination.
         public var webhooks: [WebhookSpec]?
+        /// Web apps that call Parley from the browser, with a cookie in place of a client token.
+        public var browserApps: [BrowserAppSpec]?
 
-        public init(destinations: [DestinationSpec], identityProviders: [IdentityProviderSpec]? = nil, webhooks: [WebhookSpec]? = nil) {
+        public init(
+            destinations: [DestinationSpec], identityProviders: [IdentityProviderSpec]? = nil, webhooks: [WebhookSpec]? = nil,
+            browserApps: [BrowserAppSpec]? = nil
+        ) {
             self.destinations = destinations
             self.identityProviders = identityProviders
             self.webhooks = webhooks
+            self.browserApps = browserApps
         }
     }
 
@@ -26,6 +32,8 @@ public enum DestinationsDocument {
         public let identityProviders: [IdentityProvider]
         /// The file's global webhook subscriptions (each destination holds its own).
         public let webhooks: [WebhookSubscription]
+        /// The browser apps, checked.
+        public var browserApps: [BrowserApp] = []
 
         /// Every subscription of the file: the global ones, then each destination's.
         public var allWebhooks: [WebhookSubscription] { webhooks + destinations.flatMap(\.webhooks) }
@@ -83,6 +91,17 @@ public enum DestinationsDocument {
             problems += found
             if let subscription { webhooks.append(subscription) }
         }
+        var apps: [BrowserApp] = []
+        let names = Set(contents.destinations.map(\.name))
+        for (index, spec) in (contents.browserApps ?? []).enumerated() {
+            let (app, found) = spec.validated(at: "browserApps[\(index)]", destinations: names)
+            problems += found
+            if let app { apps.append(app) }
+        }
+        var appNames: Set<String> = []
+        for app in apps where !appNames.insert(app.name).inserted {
+            problems.append("browser app '\(app.name)' is listed twice")
+        }
         var seen: Set<String> = []
         for spec in specs where !spec.issuer.isEmpty && !seen.insert(spec.issuer).inserted {
             problems.append("identity provider '\(spec.issuer.prefix(200))' is listed twice")
@@ -96,7 +115,9 @@ public enum DestinationsDocument {
             }
         }
         guard problems.isEmpty else { throw DestinationSpec.Invalid(problems: problems) }
-        return Checked(destinations: destinations, identityProviders: providers, webhooks: webhooks)
+        var checked = Checked(destinations: destinations, identityProviders: providers, webhooks: webhooks)
+        checked.browserApps = apps
+        return checked
     }
 
     /// The whole path for the whole file: text to checked destinations and identity providers.

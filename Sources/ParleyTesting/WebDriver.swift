@@ -206,6 +206,23 @@ public struct WebDriverSession: Sendable {
         }
     }
 
+    /// Runs `body` in the page as the body of an async function and answers what it returns,
+    /// as JSON text (`JSON.stringify`); a thrown error (or a rejected promise) is a
+    /// `WebDriverError` with its message. WebDriver's script timeout (30 s) bounds it.
+    public func evaluate(_ body: String) async throws -> String {
+        let script = """
+            const done = arguments[arguments.length - 1];
+            (async () => { \(body) })().then(
+              (value) => done({ ok: JSON.stringify(value === undefined ? null : value) }),
+              (error) => done({ error: String(error && error.message || error) }));
+            """
+        let answer = try await driver.command("POST", "/session/\(id)/execute/async", ["script": script, "args": [Any]()], timeout: 60)
+        let result = try value(of: answer, as: [String: Any].self)
+        if let error = result["error"] as? String { throw WebDriverError("script: \(error)") }
+        guard let json = result["ok"] as? String else { throw WebDriverError("script: no result") }
+        return json
+    }
+
     /// A PNG of the viewport.
     public func screenshotPNG() async throws -> [UInt8] {
         let encoded = try await value(of: driver.command("GET", "/session/\(id)/screenshot"), as: String.self)

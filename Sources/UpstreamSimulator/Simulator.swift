@@ -291,4 +291,5 @@ private func addRoutes(to router: Router<BasicRequestContext>, configuration: Si
     addBasicOTPRoutes(to: router, configuration: configuration, state: state)
     addControlRoutes(to: router, configuration: configuration, state: state)
     addIdentityProviderRoutes(to: router, configuration: configuration, state: state)
+    addDemoWebAppRoutes(to: router, state: state)
 }

@@ -167,7 +167,8 @@ import Testing
         // One block per destination of the demo's file, with the real ports.
         #expect(blocks.map(\.name) == Self.destinations)
         let file = try String(contentsOfFile: directory + "/destinations.yaml", encoding: .utf8)
-        let configured = file.split(separator: "\n").compactMap { line -> String? in
+        let destinationsPart = file.components(separatedBy: "\ndestinations:\n").dropFirst().first ?? ""
+        let configured = destinationsPart.split(separator: "\n").compactMap { line -> String? in
             let trimmed = line.trimmingCharacters(in: .whitespaces)
             return trimmed.hasPrefix("- name: ") ? String(trimmed.dropFirst("- name: ".count)) : nil
         }
@@ -276,6 +277,26 @@ import Testing
             try await browser.sendKeys("wonderland", to: try await browser.findElement(css: "#password"))
             try await browser.click(try await browser.findElement(css: "form button[type=submit]"))
             try await Self.expectSignedIn(browser, flowURL: formFlow)
+        }
+
+        // The browser app, as printed: its page, on the simulator's origin, registers through
+        // Parley's module, is sent to sign in, comes back and shows the answer; the page can read
+        // nothing of Parley's. A browser of its own: the one above is signed in at the simulator.
+        let browserApp = try Self.paragraph("Browser app:", of: output)
+        let open = try #require(browserApp.first { $0.hasPrefix("open ") }, "\(browserApp)")
+        let page = String(open.dropFirst("open ".count)).trimmingCharacters(in: CharacterSet(charactersIn: "'"))
+        #expect(page == simulator + "/demo/shop.html?parley=" + base, "\(page)")
+        try await ChromeDriver.withSession { browser in
+            try await browser.navigate(to: page)
+            _ = try await browser.waitForURL(prefix: simulator + "/oauth/authorize")
+            try await Self.signIn(browser)
+            _ = try await browser.waitForURL(prefix: simulator + "/demo/shop.html?", timeout: .seconds(20))
+            let answer = try await browser.findElement(css: "#answer[data-status='200']")
+            #expect(answer.id.isEmpty == false)
+            let shown = try await browser.pageSource()
+            #expect(shown.contains("hello oauth") && shown.contains("alice"), "\(shown.prefix(800))")
+            let readable = try await browser.evaluate("return [document.cookie, localStorage.length, sessionStorage.length];")
+            #expect(readable == #"["",0,0]"#, "\(readable)")
         }
 
         // "Run the call again": each now reaches the upstream as the signed-in user.

@@ -51,6 +51,7 @@ import Testing
     @Test func theEmbeddedCopiesAreTheFiles() throws {
         let folder = packageRoot + "/Sources/ParleyServer/Pages/"
         #expect(try String(contentsOfFile: folder + "style.css", encoding: .utf8) == EmbeddedPages.stylesheet, "run scripts/embed-resources.sh")
+        #expect(try String(contentsOfFile: folder + "parley.js", encoding: .utf8) == EmbeddedPages.browserModule, "run scripts/embed-resources.sh")
         for (language, json) in EmbeddedPages.catalogs {
             #expect(try String(contentsOfFile: folder + "messages.\(language).json", encoding: .utf8) == json, "run scripts/embed-resources.sh")
         }

@@ -85,7 +85,7 @@ import Testing
             "GET /.well-known/oauth-protected-resource", "POST /backchannel-logout", "POST /v1/registrations", "GET /v1/registrations/me",
             "DELETE /v1/registrations/me", "PUT /v1/registrations/me/identity",
             "POST /v1/flows", "GET /v1/flows/{id}",
-            "GET /flows/{id}", "GET /flows/{id}/done", "GET /pages/{file}", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
+            "GET /flows/{id}", "GET /flows/{id}/done", "GET /pages/{file}", "GET /sdk/parley.js", "GET /callback/oauth2", "GET /callback/otp", "POST /callback/otp",
             "POST /flows/{id}/credentials", "POST /flows/{id}/confirm",
             "GET /admin/v1/registrations", "GET /admin/v1/registrations/{id}", "DELETE /admin/v1/registrations/{id}",
             "POST /admin/v1/registrations/{id}/approval", "POST /admin/v1/revocations", "GET /admin/v1/audit", "GET /admin/v1/events",

@@ -196,11 +196,20 @@ package struct Administration: Sendable {
         try await notBefores.set(NotBeforeKey(issuer: user.issuer, subject: user.subject), at: at)
         let removal = try await repository.revoke(RevocationFilter(user: user))
         for id in removal.registrations { invalidation.apply(.registration(id)) }
+        // A browser app's registration is the browser's session with Parley: it ends with the
+        // user's session at the identity provider (its cookie then names nothing).
+        var sessions = 0
+        for id in removal.registrations {
+            guard let record = try await registrations.find(id: id), record.browserApp != nil else { continue }
+            try await service.deregister(record, actor: .system, logger: logger)
+            sessions += 1
+        }
         await audit.record(
             .backChannelLogout, actor: .system,
             detail: [
                 "userIssuer": user.issuer, "userSubject": user.subject, "revoked": String(removal.removed),
-                "registrations": String(removal.registrations.count), "notBefore": RFC3339.format(at),
+                "registrations": String(removal.registrations.count), "browserSessions": String(sessions),
+                "notBefore": RFC3339.format(at),
             ])
         logger.info("back-channel logout", metadata: ["revoked": "\(removal.removed)", "registrations": "\(removal.registrations.count)"])
         return removal.removed

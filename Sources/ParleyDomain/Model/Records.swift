@@ -82,6 +82,8 @@ public struct RegistrationRecord: Sendable, Equatable {
     public var client: String?
     /// When a person last completed an interactive sign-in for it (any flow); nil: never.
     public var signedInAt: Date?
+    /// The browser app a `"browser": true` registration belongs to (its client token is a cookie).
+    public var browserApp: String?
 
     /// The id as text, made once (logs and seal bindings use it on every request).
     public private(set) var idString: String
@@ -89,8 +91,10 @@ public struct RegistrationRecord: Sendable, Equatable {
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
         deviceModel: String?, userHint: String?, returnUrl: String?, credentialsSealed: [UInt8]?, clientCertificateSealed: [UInt8]?,
-        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil, client: String? = nil, signedInAt: Date? = nil
+        createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil, client: String? = nil, signedInAt: Date? = nil,
+        browserApp: String? = nil
     ) {
+        self.browserApp = browserApp
         self.signedInAt = signedInAt
         self.identityTokenSealed = identityTokenSealed
         self.client = client

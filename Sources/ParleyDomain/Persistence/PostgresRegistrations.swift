@@ -13,7 +13,7 @@ extension RegistrationRecord {
             credentialsSealed: try row.optionalBytes("credentials_sealed"),
             clientCertificateSealed: try row.optionalBytes("client_certificate_sealed"), createdAt: try row.date("created_at"),
             user: try RegistrationUser(row: row), identityTokenSealed: try row.optionalBytes("identity_token_sealed"), client: try row.optionalString("agent_client"),
-            signedInAt: try row.optionalDate("signed_in_at"))
+            signedInAt: try row.optionalDate("signed_in_at"), browserApp: try row.optionalString("browser_app"))
     }
 }
 
@@ -46,7 +46,7 @@ public struct PostgresRegistrations: RegistrationRepository {
     package static let columns: SQL = """
         id, destination, status, appcid_sealed, device_type, device_model, user_hint, return_url, credentials_sealed, \
         client_certificate_sealed, created_at, user_issuer, user_subject, user_verified, user_match, identity_token_sealed, \
-        agent_client, signed_in_at
+        agent_client, signed_in_at, browser_app
         """
 
     public func insert(_ r: RegistrationRecord, clientTokenHash: [UInt8]) async throws {
@@ -54,11 +54,11 @@ public struct PostgresRegistrations: RegistrationRepository {
             """
             INSERT INTO registrations (id, destination, client_token_hash, status, device_type, device_model, user_hint,
                 return_url, credentials_sealed, client_certificate_sealed, appcid_sealed, created_at, updated_at,
-                user_issuer, user_subject, user_verified, user_match, identity_token_sealed, agent_client)
+                user_issuer, user_subject, user_verified, user_match, identity_token_sealed, agent_client, browser_app)
             VALUES (\(r.id), \(r.destination), \(clientTokenHash), \(r.status.rawValue), \(r.deviceType), \(r.deviceModel),
                 \(r.userHint), \(r.returnUrl), \(r.credentialsSealed), \(r.clientCertificateSealed), \(r.appcidSealed),
                 \(r.createdAt), \(r.createdAt), \(r.user?.issuer), \(r.user?.subject), \(r.user?.verified), \(r.user?.match),
-                \(r.identityTokenSealed), \(r.client))
+                \(r.identityTokenSealed), \(r.client), \(r.browserApp))
             """)
     }
 

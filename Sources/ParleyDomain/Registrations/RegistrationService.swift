@@ -18,6 +18,8 @@ package struct CreateRegistration: Decodable {
     package var clientCertificate: Certificate?
     /// An identity token (JWT) from a listed identity provider naming the registration's user.
     package var identityToken: String?
+    /// A browser app's registration: its client token goes into a cookie, not the answer.
+    package var browser: Bool?
 
     package struct Certificate: Decodable {
         package var pkcs12: String
@@ -53,6 +55,8 @@ package enum RegistrationError: Error, Sendable, Equatable {
     case clientTokenRefused
     /// The registration's destination is no longer configured.
     case destinationGone
+    /// `"browser": true` without an `Origin` of a browser app that lists the destination.
+    case browserOriginRefused
 }
 
 /// Registrations: created locally, then registered upstream when the destination has
@@ -73,6 +77,8 @@ package struct RegistrationService: Sendable {
     package let identityTokens: IdentityTokenVerifier
     /// Revocations that stick: tokens issued before one are refused.
     package let notBefores: NotBefores
+    /// The destinations file's browser apps (`browserApps`).
+    package let browserApps: [BrowserApp]
 
     /// A registration after its upstream step: the record, and the login flow it waits on when `login_required`.
     package struct Proceeded: Sendable {
@@ -88,14 +94,27 @@ package struct RegistrationService: Sendable {
     }
 
     /// `enrolmentSecret`: the `Parley-Enrolment` header, for destinations whose policy asks for it.
-    package func register(_ input: CreateRegistration, enrolmentSecret: String?, logger: Logger) async throws -> Created {
+    /// `origin`: the request's `Origin` header, which a browser app's registration (`browser`)
+    /// must carry, one of an app's that lists the destination.
+    package func register(_ input: CreateRegistration, enrolmentSecret: String?, origin: String? = nil, logger: Logger) async throws -> Created {
         guard let destination = conversations.destinations[input.destination] else {
             throw RegistrationError.unknownDestination(input.destination)
         }
         for (field, value) in [("deviceType", input.deviceType), ("deviceModel", input.deviceModel), ("userHint", input.userHint)] {
             _ = try InvalidInput.checkedPrintable(value, field)
         }
-        if let returnUrl = try InvalidInput.checkedText(input.returnUrl, "returnUrl"), !destination.allowsReturnURL(returnUrl) {
+        var app: BrowserApp?
+        if input.browser == true {
+            guard let origin, let found = browserApps.first(where: { $0.destinations.contains(destination.name) && $0.allows(origin: origin) }) else {
+                await audit.record(.registrationRefused, actor: .client, destination: destination.name, detail: ["browser": "origin_not_listed"])
+                metrics.increment(.registrations, [("action", "refused")])
+                throw RegistrationError.browserOriginRefused
+            }
+            app = found
+        }
+        if let returnUrl = try InvalidInput.checkedText(input.returnUrl, "returnUrl"),
+            !(app.map { $0.allowsReturnURL(returnUrl) } ?? destination.allowsReturnURL(returnUrl))
+        {
             throw RegistrationError.returnURLNotAllowed
         }
         if case .enrolment(let expected) = destination.registrationPolicy {
@@ -142,7 +161,7 @@ package struct RegistrationService: Sendable {
             clientCertificateSealed: try certificate.map { try secrets.seal(certificate: $0, id: id) }, createdAt: clock.now, user: user,
             identityTokenSealed: try propagatedIdentity(verified, input.identityToken, destination: destination).map {
                 try secrets.seal(identity: $0, id: id)
-            })
+            }, browserApp: app?.name)
         try await registrations.insert(record, clientTokenHash: SecretToken.hash(token))
         var logger = logger
         logger[metadataKey: "registration.id"] = .string(record.idString)
@@ -377,7 +396,7 @@ package struct RegistrationService: Sendable {
         try secrets.appcid(of: record)
     }
 
-    package init(registrations: any RegistrationRepository, tokens: any TokenRepository, conversations: Conversations, registrar: SMPRegistrar, flows: FlowService, secrets: Secrets, invalidation: CacheInvalidation, audit: AuditLog, metrics: Metrics, clock: any WallClock, identityTokens: IdentityTokenVerifier, notBefores: NotBefores) {
+    package init(registrations: any RegistrationRepository, tokens: any TokenRepository, conversations: Conversations, registrar: SMPRegistrar, flows: FlowService, secrets: Secrets, invalidation: CacheInvalidation, audit: AuditLog, metrics: Metrics, clock: any WallClock, identityTokens: IdentityTokenVerifier, notBefores: NotBefores, browserApps: [BrowserApp] = []) {
         self.registrations = registrations
         self.tokens = tokens
         self.conversations = conversations
@@ -390,5 +409,6 @@ package struct RegistrationService: Sendable {
         self.clock = clock
         self.identityTokens = identityTokens
         self.notBefores = notBefores
+        self.browserApps = browserApps
     }
 }

@@ -38,11 +38,17 @@ struct ClientAuthenticator: RouterMiddleware {
     /// A client address that keeps showing tokens that match nothing is refused before the next
     /// lookup (`PARLEY_RATE_LIMIT_FAILED_CLIENT_TOKENS`): each one costs a database query.
     var limits: RateLimits? = nil
+    /// Browser apps' sessions: without `Authorization`, the session cookie is the client token,
+    /// for a browser app's registration only, and only with `Parley-CSRF: 1` from its origins.
+    var session: BrowserSession? = nil
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let token = bearerToken(request) else { throw Problem.invalidClientToken }
+        let bearer = bearerToken(request)
+        let cookie = bearer == nil ? session?.token(in: request) : nil
+        if cookie != nil, request.headers[.parleyCSRF] != "1" { throw BrowserSession.refused }
+        guard let token = bearer ?? cookie else { throw Problem.invalidClientToken }
         let found: RegistrationRecord?
-        if let agents, AgentAccess.isJWT(token) {
+        if cookie == nil, let agents, AgentAccess.isJWT(token) {
             found = try await agents.registration(
                 token: token, destinationName: request.headers[.parleyDestination], cached: cached,
                 logger: context.logger)
@@ -57,6 +63,11 @@ struct ClientAuthenticator: RouterMiddleware {
             if found == nil, let limits, let client { limits.recordFailedClientToken(client: client) }
         }
         guard let registration = found else { throw Problem.invalidClientToken }
+        if cookie != nil, let session {
+            // A cookie is a browser app's credential only, and holds only from the app's origins.
+            guard let app = session.apps.named(registration.browserApp) else { throw Problem.invalidClientToken }
+            guard session.admits(request, app: app) else { throw BrowserSession.refused }
+        }
         var context = context
         context.registration = registration
         context.logger[metadataKey: "registration.id"] = .string(registration.idString)

@@ -83,7 +83,8 @@ func compose(
     let registrations = RegistrationService(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
         secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock, identityTokens: identityTokens,
-        notBefores: notBefores)
+        notBefores: notBefores, browserApps: configuration.browserApps)
+    let session = BrowserSession(apps: configuration.browserApps, publicURL: configuration.server.publicURL)
     let agents = AgentAccess(
         resource: configuration.server.resourceIdentifier, publicURL: configuration.server.publicURL, verifier: identityTokens,
         registrations: d.registrations, cache: clientTokens.agentRegistrations, destinations: configuration.destinations, audit: audit,
@@ -121,14 +122,14 @@ func compose(
         operations: OperationsController(
             readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL,
             protectedResourceMetadata: agents.metadata().encoded()),
-        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
+        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes, session: session),
         registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
             confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL), pages: pages,
             publicOrigin: URLParts(configuration.server.publicURL)?.origin,
-            clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }),
+            clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }, session: session, clientTokens: clientTokens),
         proxy: ProxyController(
             conversations: conversations, flows: flows, exchange: exchange,
             stepUp: StepUpGate(registrations: d.registrations, flows: flows, kinds: kinds, clock: d.clock),
@@ -156,12 +157,14 @@ func compose(
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
         }, agents: agents, pageAssets: pages.assets,
         backChannelLogout: BackChannelLogoutController(verifier: identityTokens, administration: administration),
-        pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits)
+        pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits, browserSession: session)
 
     let routeTable = RouteTable()
     let router = Router(context: ParleyRequestContext.self)
     // Outside ParleyMiddleware, so the span sees the status its problem answers carry.
     if tracesAreOn { router.add(middleware: RequestTracingMiddleware()) }
+    // Outside ParleyMiddleware too, so that the problems it renders can be read by a browser app.
+    router.add(middleware: BrowserAppCORS(origins: configuration.browserApps.allOrigins))
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost, pages: pages)) }
     addRoutes(to: router, controllers, clientTokens: clientTokens)

@@ -19,6 +19,8 @@ public struct ParleyConfiguration: Sendable {
     public var identityProviders: [IdentityProvider]
     /// The destinations file's webhook endpoints (global and per destination), secrets read.
     public var webhooks: [WebhookEndpoint] = []
+    /// The destinations file's `browserApps`: web apps that call Parley with a cookie, not a token.
+    public var browserApps: [BrowserApp] = []
     public var limits: Limits
     public var bodies: Bodies
     /// The upstream transport: libcurl's connection limits and the paused-transfer deadline.
@@ -105,6 +107,7 @@ public struct ParleyConfiguration: Sendable {
             let resolved = WebhookEndpoint.resolve(file.webhooks, environment: ProcessInfo.processInfo.environment)
             resolved.problems.forEach(settings.report)
             configuration.webhooks = resolved.endpoints
+            configuration.browserApps = file.browserApps
             return configuration
         }
     }
@@ -118,20 +121,20 @@ public struct ParleyConfiguration: Sendable {
     /// every problem in it reported.
     static func destinationsFile(
         reading settings: SettingsReader
-    ) -> (destinations: [Destination], identityProviders: [IdentityProvider], webhooks: [WebhookSubscription]) {
+    ) -> (destinations: [Destination], identityProviders: [IdentityProvider], webhooks: [WebhookSubscription], browserApps: [BrowserApp]) {
         guard let path = settings.string("destinations") else {
             settings.report("\(settings.variable("destinations")) is not set (path of the destinations YAML file)")
-            return ([], [], [])
+            return ([], [], [], [])
         }
         do {
             let checked = try DestinationsDocument.validate(try DestinationsFile.loadContents(path: path))
-            return (checked.destinations, checked.identityProviders, checked.allWebhooks)
+            return (checked.destinations, checked.identityProviders, checked.allWebhooks, checked.browserApps)
         } catch let error as DestinationSpec.Invalid {
             error.problems.forEach(settings.report)
         } catch {
             settings.report("\(error)")
         }
-        return ([], [], [])
+        return ([], [], [], [])
     }
 }
 

@@ -28,6 +28,8 @@ struct Controllers: Sendable {
     /// The rate limit of Parley's own pages and callbacks, per client address.
     let pageAdmission: PageAdmission
     let limits: RateLimits
+    /// Browser apps' cookie sessions (`browserApps`).
+    let browserSession: BrowserSession
 }
 
 /// Every path Parley serves, in one place. Who may call a group is decided by its
@@ -56,7 +58,7 @@ func addRoutes(
     router.group("/v1/registrations").add(middleware: challenge).add(middleware: c.registrationAdmission).post(use: c.registrations.create)
     let client = router.group("/v1")
         .add(middleware: challenge)
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false, agents: c.agents, limits: c.limits))
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: false, agents: c.agents, limits: c.limits, session: c.browserSession))
         .group(context: ClientRequestContext.self)
     client.get("registrations/me", use: c.registrations.me)
     client.delete("registrations/me", use: c.registrations.delete)
@@ -67,7 +69,7 @@ func addRoutes(
     // The proxy: any forwarded method, the raw target judged by the handler.
     let proxy = router.group("/v1/proxy")
         .add(middleware: challenge)
-        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents, limits: c.limits))
+        .add(middleware: ClientAuthenticator(clientTokens: clientTokens, cached: true, agents: c.agents, limits: c.limits, session: c.browserSession))
         .add(middleware: c.proxyAdmission)
         .group(context: ProxyRequestContext.self)
     for method in ProxyController.methods {
@@ -80,6 +82,8 @@ func addRoutes(
     pages.post("/flows/{id}/confirm", use: c.flowPages.confirm)
     pages.get("/flows/{id}/done", use: c.flowPages.done)
     router.get("/pages/{file}", use: c.pageAssets.serve)
+    // Web apps' ES module (browser apps).
+    router.get("/sdk/parley.js", use: BrowserModule().serve)
     for route in c.flowRoutes {
         for method in route.methods { pages.on(RouterPath(route.path), method: method.http, use: c.flowPages.handler(for: route)) }
     }

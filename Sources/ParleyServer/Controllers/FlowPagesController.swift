@@ -25,6 +25,10 @@ struct FlowPagesController: Sendable {
     let publicOrigin: String?
     /// The client's address from the peer and `X-Forwarded-For` (`RateLimits.clientAddress`).
     let clientAddress: @Sendable (_ peer: String?, _ forwardedFor: String?) -> String
+    /// Browser apps' sessions: a browser registration's flow goes on only in the browser that
+    /// holds its cookie (and there without a confirmation page).
+    var session: BrowserSession? = nil
+    var clientTokens: ClientTokens? = nil
 
     @Sendable func start(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         await pages.guarding(request) {
@@ -36,6 +40,12 @@ struct FlowPagesController: Sendable {
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
             else { return .notice(.cannotStart) }
+            if registration.browserApp != nil {
+                // A browser app's flow: only in the browser that holds the registration's cookie,
+                // which is the person who started it; nothing leaves Parley for any other.
+                guard try await holdsSession(request, of: registration) else { return .notice(.notThisBrowser) }
+                return try await handler.start(flow, secret: secret, registration: registration, destination: destination)
+            }
             // Nothing leaves Parley on a GET of the flow URL until a person confirms: for a
             // registration without a verified user, and for one whose flow of this kind cannot
             // say who signed in (then the identity binding cannot protect it).
@@ -67,6 +77,7 @@ struct FlowPagesController: Sendable {
             guard let handler = kinds[flow.kind], let registration = try await registrations.find(id: flow.registrationID),
                 let destination = try? conversations.destination(of: registration)
             else { return .notice(.cannotStart) }
+            if registration.browserApp != nil, try await !holdsSession(request, of: registration) { return .notice(.notThisBrowser) }
             return try await handler.start(flow, secret: secret, registration: registration, destination: destination).answeringPost
         }
     }
@@ -79,7 +90,10 @@ struct FlowPagesController: Sendable {
             }
             let registration = try await registrations.find(id: flow.registrationID)
             let destination = registration.flatMap { try? conversations.destination(of: $0) }
-            if flow.status != .pending, let returnUrl = flow.returnUrl, destination?.allowsReturnURL(returnUrl) == true {
+            let app = session?.apps.named(registration?.browserApp)
+            if flow.status != .pending, let returnUrl = flow.returnUrl,
+                app.map({ $0.allowsReturnURL(returnUrl) }) ?? (destination?.allowsReturnURL(returnUrl) == true)
+            {
                 let separator = returnUrl.contains("?") ? "&" : "?"
                 let query = PercentEncoding.encodeForm([("flow", flow.idString), ("status", flow.status.rawValue)])
                 return .redirect(returnUrl + separator + query)
@@ -106,6 +120,12 @@ struct FlowPagesController: Sendable {
                 return try await route.handler(FlowInput(id: context.parameters.get("id"), fields: fields, client: client), context.logger)
             }
         }
+    }
+
+    /// Whether the request carries the session cookie of `registration` (a browser app's).
+    private func holdsSession(_ request: Request, of registration: RegistrationRecord) async throws -> Bool {
+        guard let session, let clientTokens, let token = session.token(in: request) else { return false }
+        return try await clientTokens.registration(token: token, cached: false)?.id == registration.id
     }
 
     /// Whether a form post comes from Parley's own page (`RequestSite`, the rule the web path shares).

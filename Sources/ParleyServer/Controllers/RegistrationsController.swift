@@ -21,14 +21,26 @@ struct RegistrationAdmission: RouterMiddleware {
 struct RegistrationsController: Sendable {
     let service: RegistrationService
     let maxJSONBytes: Int
+    /// Browser apps' sessions: a `"browser": true` registration's client token is a cookie.
+    var session: BrowserSession? = nil
 
     @Sendable func create(_ request: Request, context: ParleyRequestContext) async throws -> Response {
         let input = try await JSONBody.decode(CreateRegistration.self, from: request, limit: maxJSONBytes)
+        let browser = input.browser == true
+        // A browser app's registration is made by its page's script, never by a form of another
+        // site: the custom header needs a CORS preflight, which only the apps' origins pass.
+        if browser, request.headers[.parleyCSRF] != "1" { throw BrowserSession.refused }
         let created = try await service.register(
-            input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], logger: context.logger)
+            input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], origin: request.headers[.origin], logger: context.logger)
         var response = try JSONBody.response(
             .created,
-            RegistrationView(created.record, appcid: try service.appcid(of: created.record), flow: created.flow, clientToken: created.clientToken))
+            RegistrationView(
+                created.record, appcid: try service.appcid(of: created.record), flow: created.flow,
+                clientToken: created.record.browserApp == nil ? created.clientToken : nil))
+        if created.record.browserApp != nil, let session {
+            // The token goes where no script can read it; the answer carries none.
+            response.headers.append(HTTPField(name: .setCookie, value: session.setCookie(token: created.clientToken)))
+        }
         // Where the new registration is read (RFC 9110 §15.3.2), relative to this request's
         // URI, so that it holds under any public path.
         response.headers[.location] = "registrations/me"
@@ -60,7 +72,11 @@ struct RegistrationsController: Sendable {
 
     @Sendable func delete(_ request: Request, context: ClientRequestContext) async throws -> Response {
         try await service.deregister(context.registration, actor: .client, logger: context.logger)
-        return Response(status: .noContent)
+        var response = Response(status: .noContent)
+        if context.registration.browserApp != nil, let session {
+            response.headers.append(HTTPField(name: .setCookie, value: session.expiringCookie))
+        }
+        return response
     }
 }
 

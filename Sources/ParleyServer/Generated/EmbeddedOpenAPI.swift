@@ -558,6 +558,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -617,6 +620,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -660,6 +666,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "requestBody": {
@@ -797,6 +806,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "requestBody": {
@@ -908,6 +920,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "parameters": [
@@ -983,6 +998,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1033,6 +1051,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1084,6 +1105,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1143,6 +1167,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1202,6 +1229,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1261,6 +1291,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1320,6 +1353,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1405,6 +1441,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1455,6 +1494,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1506,6 +1548,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1565,6 +1610,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1624,6 +1672,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1683,6 +1734,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -1742,6 +1796,9 @@ public enum EmbeddedOpenAPI {
                   },
                   {
                     "agentAccessToken": []
+                  },
+                  {
+                    "browserSession": []
                   }
                 ],
                 "responses": {
@@ -4596,6 +4653,34 @@ public enum EmbeddedOpenAPI {
                   }
                 }
               }
+            },
+            "/sdk/parley.js": {
+              "get": {
+                "tags": [
+                  "browser"
+                ],
+                "operationId": "browserModule",
+                "summary": "The ES module for web apps",
+                "description": "A small ES module with no dependencies for browser apps (`browserApps` in the destinations file): `new Parley({url})`, `register`, `registration`, `fetch` (through `/v1/proxy`, with `Parley-CSRF: 1` and credentials; `interaction_required` sends the window to the flow's page) and `logout`, typed with JSDoc. Public code: any origin may load it (`Access-Control-Allow-Origin: *`).",
+                "security": [],
+                "responses": {
+                  "200": {
+                    "description": "The module, `text/javascript`, with `Access-Control-Allow-Origin: *` and `X-Content-Type-Options: nosniff`.",
+                    "headers": {
+                      "Parley-Request-Id": {
+                        "$ref": "#/components/headers/ParleyRequestId"
+                      }
+                    },
+                    "content": {
+                      "text/javascript": {
+                        "schema": {
+                          "type": "string"
+                        }
+                      }
+                    }
+                  }
+                }
+              }
             }
           },
           "components": {
@@ -5454,6 +5539,13 @@ public enum EmbeddedOpenAPI {
                       "null"
                     ],
                     "description": "An identity token (a JWT: an OIDC ID token or an RFC 9068 access token) from an issuer listed in the destinations file's `identityProviders`, naming the registration's user. Parley checks its signature against the issuer's published keys (RS256, PS256 or ES256 only), `iss`, `aud` (one of the provider's `audiences`), `exp` and `nbf` (60 s of clock skew); it must carry the destination's `identity.match` claim as a string, and may be at most 16 KiB. Any failure is `401 invalid_identity_token` with a `detail` naming the check, and nothing is created. Required by a destination with `registration.identity: required` (else `403 forbidden`). `null` is the same as absent."
+                  },
+                  "browser": {
+                    "type": [
+                      "boolean",
+                      "null"
+                    ],
+                    "description": "A browser app's registration (`browserApps`): it must come with `Parley-CSRF: 1` and an `Origin` of an app that lists the destination (else `403 forbidden`). The answer carries no `clientToken`: Parley sets it in an `HttpOnly` cookie (`__Host-parley` under an https public URL, else `parley`) that authenticates the app's later calls."
                   }
                 }
               },
@@ -6923,6 +7015,12 @@ public enum EmbeddedOpenAPI {
                 "scheme": "bearer",
                 "bearerFormat": "JWT",
                 "description": "An agent's JWT access token (RFC 9068, `typ: at+jwt`) from a listed identity provider whose `aud` is `PARLEY_RESOURCE`, in place of a client token on `/v1` (except `POST /v1/registrations`), with the destination named in `Parley-Destination`. The registration is the (user, client) pair on that destination, created on first use where the destination has `registration: {implicit: true}`. See `/.well-known/oauth-protected-resource`."
+              },
+              "browserSession": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": "__Host-parley",
+                "description": "A browser app's registration: its client token in an `HttpOnly` cookie Parley set (`parley` when the public URL is plain http). A call it authenticates must carry `Parley-CSRF: 1` and, when it has one, an `Origin` of the registration's app; otherwise `403 forbidden`. A client token in `Authorization` wins over the cookie."
               }
             }
           }

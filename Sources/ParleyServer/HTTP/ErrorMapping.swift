@@ -117,6 +117,8 @@ extension Problem {
         case .notFound: .notFound("no such registration")
         case .clientTokenRefused: .invalidClientToken
         case .destinationGone: .invalid("the registration's destination is no longer configured")
+        case .browserOriginRefused:
+            Problem(.forbidden, .forbidden, "a browser registration must come from an origin of a browser app that lists this destination")
         }
     }
 
