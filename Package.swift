@@ -16,6 +16,8 @@ let package = Package(
         .executable(name: "server-floor", targets: ["ServerFloor"]),
         // For the separate benchmark package in Benchmarks/ (package-benchmark), which
         // can only reach another package's targets through its library products.
+        // For apps (iOS, macOS, Linux): Foundation's URLSession only, none of the server's packages.
+        .library(name: "ParleyClient", targets: ["ParleyClient"]),
         .library(name: "ParleyBenchmarkSupport", targets: ["Conversation", "AuthFlows", "ParleyCrypto", "ParleyEncoding"]),
     ],
     dependencies: [
@@ -193,6 +195,9 @@ let package = Package(
         .systemLibrary(name: "CParleyFuzz"),
         .executableTarget(name: "ParleyFuzz", dependencies: ["ParleyFuzzTargets", "CParleyFuzz"], swiftSettings: swiftSettings),
 
+        // The client library for apps (docs/client.md): no dependencies beyond Foundation.
+        .target(name: "ParleyClient", swiftSettings: swiftSettings),
+
         .target(
             name: "ParleyTesting",
             dependencies: [
@@ -216,6 +221,12 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(name: "ParleyFuzzTests", dependencies: ["ParleyFuzzTargets", "AuthFlows"], swiftSettings: swiftSettings),
+        // ParleyClient against the real binary, the simulator and Chromium.
+        .testTarget(
+            name: "ParleyClientTests",
+            dependencies: ["ParleyClient", "ParleyTesting", "UpstreamSimulator", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(name: "StoreTests", dependencies: ["Store", "ParleyTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SimulatorTests",
