@@ -222,6 +222,8 @@ fi
 demo=false
 if [ -z "${PARLEY_DESTINATIONS:-}" ]; then
   demo=true
+  # Parley's URL as the demo web app's page puts it in its return URL (encodeURIComponent).
+  public_encoded="$(printf %s "$public" | sed 's/%/%25/g; s/:/%3A/g; s#/#%2F#g')"
   cat >"$state/destinations.yaml" <<YAML
 # Written by scripts/run.sh for the simulator on port $sim_port (docs/api.md, "Destinations file").
 # Whose identity tokens a registration may carry: the simulator's demo identity provider
@@ -238,7 +240,7 @@ browserApps:
   - name: demo-shop
     origins: ["$sim"]
     destinations: [demo-oauth]
-    returnUrls: ["$sim/demo/shop.html?parley=$(printf %s "$public" | sed 's/%/%25/g; s/:/%3A/g; s#/#%2F#g')"]
+    returnUrls: ["$sim/demo/shop.html?parley=$public_encoded"]
 destinations:
   # Basic, SAP CSRF tokens and SMP registration (APPCID).
   - name: demo

@@ -186,18 +186,20 @@ public actor ParleyConversation {
         return proxied
     }
 
-    private func authorized(_ request: URLRequest, uploading file: URL? = nil) async throws -> (Data, HTTPURLResponse) {
+    /// `request` with the registration's client token.
+    private func withToken(_ request: URLRequest) async throws -> URLRequest {
         guard let token = try await storage.token(for: key) else { throw ParleyError.notRegistered }
         var request = request
         request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization")
-        return try await exchange(request, uploading: file)
+        return request
+    }
+
+    private func authorized(_ request: URLRequest, uploading file: URL? = nil) async throws -> (Data, HTTPURLResponse) {
+        try await exchange(try await withToken(request), uploading: file)
     }
 
     private func authorizedDownload(_ request: URLRequest) async throws -> (URL, HTTPURLResponse) {
-        guard let token = try await storage.token(for: key) else { throw ParleyError.notRegistered }
-        var request = request
-        request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization")
-        let (file, response) = try await session.download(for: request)
+        let (file, response) = try await session.download(for: try await withToken(request))
         guard let http = response as? HTTPURLResponse else { throw ParleyError.invalidAnswer("not an HTTP answer") }
         // The system removes its download file when this returns: keep a copy the caller owns.
         let kept = FileManager.default.temporaryDirectory.appendingPathComponent("parley-" + UUID().uuidString)

@@ -1,7 +1,7 @@
 import AuthFlows
 public import Conversation
 public import Foundation
-public import ParleyServer
+import ParleyServer
 public import ParleyDomain
 import Synchronization
 

@@ -189,7 +189,7 @@ import Testing
         // The script fills in its ports and, for demo-cert, the PKCS#12 and CA it makes at start:
         // every key is checked with stand-ins for those two, every other destination in full.
         let demo = heredoc.replacingOccurrences(of: "$sim_port", with: "8081").replacingOccurrences(of: "$sim", with: "http://127.0.0.1:8081")
-            .replacingOccurrences(of: "$tls_port", with: "8443")
+            .replacingOccurrences(of: "$tls_port", with: "8443").replacingOccurrences(of: "$public_encoded", with: "http%3A%2F%2F127.0.0.1%3A8080")
             .replacingOccurrences(of: #"$(base64 -w0 "$tls/client.p12")"#, with: "cGtjczEy")
             .replacingOccurrences(of: #"$(sed 's/^/      /' "$tls/ca.pem")"#, with: "      -----BEGIN CERTIFICATE-----")
             .replacingOccurrences(of: "$tls", with: ".local/tls")

@@ -1,12 +1,12 @@
 import AuthFlows
-public import Conversation
+import Conversation
 public import Hummingbird
 import HummingbirdCore
 import LoopAffinity
 public import Logging
 public import ServiceLifecycle
 public import Store
-public import UnixSignals
+import UnixSignals
 public import ParleyDomain
 
 
@@ -17,21 +17,36 @@ public func buildRouter(
     try compose(configuration: configuration, dependencies: dependencies, metrics: metrics, logger: logger).router
 }
 
-/// The composition root: wires the rooms once, from configuration and dependencies;
-/// returns the router with every route and the services the rooms need running.
-///
-/// `additionalFlowKinds` registers kinds beyond the built-in ones (a test's throwaway kind
-/// proves that a kind is one file plus one line).
-func compose(
-    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger,
-    additionalFlowKinds: [@Sendable (FlowKindEnvironment) -> any FlowKindHandler] = []
-) throws -> (router: Router<ParleyRequestContext>, services: [any Service]) {
+/// The domain's rooms of one instance, each built once and complete (`composeDomain`).
+struct DomainRooms: Sendable {
+    let secrets: Secrets
+    let audit: AuditLog
+    let usage: TokenUsage
+    let notBefores: NotBefores
+    let clientTokens: ClientTokens
+    let broker: OAuth2Broker
+    let configurator: DestinationConfigurator
+    let binding: HostedBinding
+    let conversations: Conversations
+    let invalidation: CacheInvalidation
+    let flows: FlowService
+    let identityTokens: IdentityTokenVerifier
+    let registrations: RegistrationService
+    let agents: AgentAccess
+    let kinds: FlowKinds
+    let administration: Administration
+}
+
+/// The domain, wired once from configuration and dependencies. What it needs of the edge comes
+/// in as values: the rate limits (the token endpoint's gate and the failed-login lock), the
+/// cluster's share, and the contract's names for errors.
+func composeDomain(
+    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, limits: RateLimits, logger: Logger,
+    additionalFlowKinds: [@Sendable (FlowKindEnvironment) -> any FlowKindHandler]
+) throws -> DomainRooms {
     let secrets = Secrets(keyRing: configuration.keys.keyRing)
     let audit = AuditLog(repository: d.audit, logger: logger)
     let csrfTokens = CSRFTokenCache()
-    // Every limit holds for the cluster: each instance enforces its part.
-    let cluster = ClusterShare(repository: d.instances, logger: logger)
-    let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics, share: cluster)
     let usage = TokenUsage()
     let notBefores = NotBefores(repository: d.notBefores)
     let clientTokens = ClientTokens(registrations: d.registrations)
@@ -84,13 +99,10 @@ func compose(
         registrations: d.registrations, tokens: d.tokens, conversations: conversations, registrar: registrar, flows: flows,
         secrets: secrets, invalidation: invalidation, audit: audit, metrics: metrics, clock: d.clock, identityTokens: identityTokens,
         notBefores: notBefores, browserApps: configuration.browserApps)
-    let session = BrowserSession(apps: configuration.browserApps, publicURL: configuration.server.publicURL)
     let agents = AgentAccess(
         resource: configuration.server.resourceIdentifier, publicURL: configuration.server.publicURL, verifier: identityTokens,
         registrations: d.registrations, cache: clientTokens.agentRegistrations, destinations: configuration.destinations, audit: audit,
         metrics: metrics, clock: d.clock, secrets: secrets, invalidation: invalidation, notBefores: notBefores)
-    let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
-    let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     let environment = FlowKindEnvironment(
         flows: flows, registrations: d.registrations, conversations: conversations, secrets: secrets, hosted: binding, clock: d.clock,
         publicURL: configuration.server.publicURL)
@@ -102,61 +114,80 @@ func compose(
             OTPFlow(environment),
             BasicFormFlow(environment, invalidation: invalidation, limits: limits),
         ] + additionalFlowKinds.map { $0(environment) })
+    let administration = Administration(
+        repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
+        invalidation: invalidation, audit: audit, events: d.events, notBefores: notBefores)
+    return DomainRooms(
+        secrets: secrets, audit: audit, usage: usage, notBefores: notBefores, clientTokens: clientTokens, broker: broker,
+        configurator: configurator, binding: binding, conversations: conversations, invalidation: invalidation, flows: flows,
+        identityTokens: identityTokens, registrations: registrations, agents: agents, kinds: kinds, administration: administration)
+}
+
+/// The composition root: the domain (`composeDomain`), then the edge over it, each piece once,
+/// from configuration and dependencies; returns the router with every route and the services
+/// the rooms need running.
+///
+/// `additionalFlowKinds` registers kinds beyond the built-in ones (a test's throwaway kind
+/// proves that a kind is one file plus one line).
+func compose(
+    configuration: ParleyConfiguration, dependencies d: ParleyDependencies, metrics: Metrics, logger: Logger,
+    additionalFlowKinds: [@Sendable (FlowKindEnvironment) -> any FlowKindHandler] = []
+) throws -> (router: Router<ParleyRequestContext>, services: [any Service]) {
+    // Every limit holds for the cluster: each instance enforces its part.
+    let cluster = ClusterShare(repository: d.instances, logger: logger)
+    let limits = RateLimits(settings: configuration.rateLimits, clock: d.clock, metrics: metrics, share: cluster)
+    let rooms = try composeDomain(
+        configuration: configuration, dependencies: d, metrics: metrics, limits: limits, logger: logger, additionalFlowKinds: additionalFlowKinds)
+    let (flows, kinds, conversations, binding) = (rooms.flows, rooms.kinds, rooms.conversations, rooms.binding)
+    let session = BrowserSession(apps: configuration.browserApps, publicURL: configuration.server.publicURL)
+    let spool = Spool(directory: configuration.bodies.spoolDirectory, quotaBytes: configuration.bodies.spoolQuotaBytes)
+    let exchange = UpstreamExchange(spool: spool, memoryBodyBytes: configuration.bodies.memoryBytes)
     metrics.addSampler(
         ScrapeGauges(
-            pool: d.storeStatistics, identityTokens: identityTokens, cluster: cluster, spool: spool,
-            caches: [("client_tokens", clientTokens.recent), ("agent_registrations", agents.recent)] + d.cacheStatistics
+            pool: d.storeStatistics, identityTokens: rooms.identityTokens, cluster: cluster, spool: spool,
+            caches: [("client_tokens", rooms.clientTokens.recent), ("agent_registrations", rooms.agents.recent)] + d.cacheStatistics
         ).sample)
     let pages = Pages(
         destinations: configuration.destinations,
         assets: PageAssets(destinations: Array(configuration.destinations.values), logos: configuration.pageLogos),
         publicURL: configuration.server.publicURL, webURL: binding.handover?.webURL)
-    let hostedUpstream = HostedUpstreamController(
-        binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange,
-        pages: pages)
-
-    let administration = Administration(
-        repository: d.administration, registrations: d.registrations, service: registrations, conversations: conversations,
-        invalidation: invalidation, audit: audit, events: d.events, notBefores: notBefores)
+    func inFlight(_ perKey: Int, _ subject: String, _ label: String) -> InFlightLimits {
+        InFlightLimits(perKey: perKey, subject: subject, countingRefusalsIn: metrics, as: label, share: cluster)
+    }
     let controllers = Controllers(
         operations: OperationsController(
             readiness: d.readiness, metrics: metrics, signingKeys: configuration.keys.signingKeys, publicURL: configuration.server.publicURL,
-            protectedResourceMetadata: agents.metadata().encoded()),
-        registrations: RegistrationsController(service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes, session: session),
+            protectedResourceMetadata: rooms.agents.metadata().encoded()),
+        registrations: RegistrationsController(service: rooms.registrations, maxJSONBytes: configuration.limits.maxJSONBytes, session: session),
         registrationAdmission: RegistrationAdmission(limits: limits),
         flows: FlowsController(flows: flows, kinds: kinds, conversations: conversations, maxJSONBytes: configuration.limits.maxJSONBytes),
         flowPages: FlowPagesController(
             flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations,
-            confirmation: FlowConfirmation(secrets: secrets, clock: d.clock, publicURL: configuration.server.publicURL), pages: pages,
+            confirmation: FlowConfirmation(secrets: rooms.secrets, clock: d.clock, publicURL: configuration.server.publicURL), pages: pages,
             publicOrigin: URLParts(configuration.server.publicURL)?.origin,
-            clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }, session: session, clientTokens: clientTokens),
+            clientAddress: { [limits] in limits.clientAddress(peer: $0, forwardedFor: $1) }, session: session, clientTokens: rooms.clientTokens),
         proxy: ProxyController(
             conversations: conversations, flows: flows, exchange: exchange,
             stepUp: StepUpGate(registrations: d.registrations, flows: flows, kinds: kinds, clock: d.clock),
-            signInWaits: SignInWaits(invalidation: invalidation)),
+            signInWaits: SignInWaits(invalidation: rooms.invalidation)),
         proxyAdmission: ProxyAdmission(
             conversations: conversations, limits: limits,
-            inFlight: InFlightLimits(perRegistration: configuration.limits.maxInFlightPerRegistration, countingRefusalsIn: metrics, share: cluster)),
+            inFlight: inFlight(configuration.limits.maxInFlightPerRegistration, "this registration", "in_flight")),
         flowAdmission: FlowAdmission(
-            limits: limits,
-            inFlight: InFlightLimits(
-                perKey: configuration.limits.maxInFlightFlowsPerRegistration, subject: "this registration", countingRefusalsIn: metrics,
-                as: "flows_in_flight", share: cluster)),
+            limits: limits, inFlight: inFlight(configuration.limits.maxInFlightFlowsPerRegistration, "this registration", "flows_in_flight")),
         hostedUpstreamAdmission: HostedUpstreamAdmission(
-            limits: limits,
-            inFlight: InFlightLimits(
-                perKey: configuration.limits.maxInFlightWebPerClient, subject: "this address", countingRefusalsIn: metrics, as: "web_in_flight",
-                share: cluster),
-            pages: pages),
+            limits: limits, inFlight: inFlight(configuration.limits.maxInFlightWebPerClient, "this address", "web_in_flight"), pages: pages),
         adminAuthenticator: AdminAuthenticator(
-            tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: audit)),
-        admin: AdminController(administration: administration, service: registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
-        hostedUpstream: hostedUpstream,
+            tokenHashes: configuration.keys.adminTokenHashes, failures: AdminFailures(limits: limits, audit: rooms.audit)),
+        admin: AdminController(administration: rooms.administration, service: rooms.registrations, maxJSONBytes: configuration.limits.maxJSONBytes),
+        hostedUpstream: HostedUpstreamController(
+            binding: binding, flows: flows, kinds: kinds, registrations: d.registrations, conversations: conversations, exchange: exchange,
+            pages: pages),
         flowRoutes: kinds.routes,
         webHandover: binding.handover.map {
             WebHandoverController(handover: $0, binding: binding, flows: flows, conversations: conversations, pages: pages)
-        }, agents: agents, pageAssets: pages.assets,
-        backChannelLogout: BackChannelLogoutController(verifier: identityTokens, administration: administration),
+        }, agents: rooms.agents, pageAssets: pages.assets,
+        backChannelLogout: BackChannelLogoutController(verifier: rooms.identityTokens, administration: rooms.administration),
         pageAdmission: PageAdmission(limits: limits, pages: pages), limits: limits, browserSession: session)
 
     let routeTable = RouteTable()
@@ -167,17 +198,17 @@ func compose(
     router.add(middleware: BrowserAppCORS(origins: configuration.browserApps.allOrigins))
     router.add(middleware: ParleyMiddleware(metrics: metrics, routes: routeTable))
     if let webHost = binding.handover.flatMap({ URLParts($0.webURL)?.host }) { router.add(middleware: WebOriginGuard(webHost: webHost, pages: pages)) }
-    addRoutes(to: router, controllers, clientTokens: clientTokens)
+    addRoutes(to: router, controllers, clientTokens: rooms.clientTokens)
     routeTable.install(router.routes.map { ($0.path.description, $0.method.rawValue) })
     let housekeeping = Housekeeping(
-        usage: usage, tokens: d.tokens, retention: d.retention, auditRetention: configuration.housekeeping.auditRetention,
+        usage: rooms.usage, tokens: d.tokens, retention: d.retention, auditRetention: configuration.housekeeping.auditRetention,
         clock: d.clock, logger: logger, usageInterval: configuration.housekeeping.tokenUsageInterval)
     let refreshAhead = RefreshAhead(
-        tokens: d.tokens, broker: broker, configurator: configurator, destinations: configuration.destinations,
+        tokens: d.tokens, broker: rooms.broker, configurator: rooms.configurator, destinations: configuration.destinations,
         lead: configuration.housekeeping.refreshAhead, interval: configuration.housekeeping.refreshAheadInterval,
         perDestination: configuration.housekeeping.refreshAheadPerDestination, perServer: configuration.housekeeping.refreshAheadPerServer,
         clock: d.clock, logger: logger, share: cluster)
-    var services: [any Service] = [cluster, invalidation, housekeeping, refreshAhead]
+    var services: [any Service] = [cluster, rooms.invalidation, housekeeping, refreshAhead]
     if let events = d.events {
         services.append(
             WebhookDelivery(events: events, endpoints: configuration.webhooks, transport: d.transport, metrics: metrics, clock: d.clock, logger: logger))
