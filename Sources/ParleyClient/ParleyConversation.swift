@@ -19,16 +19,17 @@ public actor ParleyConversation {
     private let presenter: (any SignInPresenter)?
     private let session: URLSession
     /// How long a call waits for a flow the presenter returned from (Parley's long-poll, at
-    /// most 60 s a round, until the flow leaves `pending` or expires).
-    public var flowWait: Duration = .seconds(600)
+    /// most 60 s a round, until the flow leaves `pending`).
+    public let flowWait: Duration
 
     /// The storage key: one token per Parley and destination.
     private var key: String { parleyURL.absoluteString + "#" + destination }
 
     public init(
         parleyURL: URL, destination: String, storage: any TokenStorage = MemoryTokenStorage(), presenter: (any SignInPresenter)? = nil,
-        session: URLSession = .shared
+        session: URLSession = .shared, flowWait: Duration = .seconds(600)
     ) {
+        self.flowWait = flowWait
         self.parleyURL = parleyURL
         self.destination = destination
         self.storage = storage
