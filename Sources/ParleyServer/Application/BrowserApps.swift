@@ -93,7 +93,13 @@ struct BrowserAppCORS: RouterMiddleware {
                 ])
         }
         var response = try await next(request, context)
-        response.headers[.vary] = response.headers[.vary].map { $0 + ", Origin" } ?? "Origin"
+        if let vary = response.headers[.vary] {
+            if !vary.lowercased().split(separator: ",").contains(where: { $0.trimmingCharacters(in: .whitespaces) == "origin" }) {
+                response.headers[.vary] = vary + ", Origin"
+            }
+        } else {
+            response.headers[.vary] = "Origin"
+        }
         guard listed else { return response }
         response.headers[.accessControlAllowOrigin] = origin
         response.headers[.accessControlAllowCredentials] = "true"
