@@ -48,19 +48,13 @@ public actor ParleyConversation {
     /// registration that needs a person first (`login_required`) is presented and waited for.
     @discardableResult
     public func register(_ request: RegistrationRequest = RegistrationRequest(), enrolmentSecret: String? = nil) async throws -> Registration {
-        var body = try JSONEncoder().encode(request)
-        // `destination` beside the request's own members.
-        if var object = try JSONSerialization.jsonObject(with: body) as? [String: Any] {
-            object["destination"] = destination
-            body = try JSONSerialization.data(withJSONObject: object)
-        }
         var call = URLRequest(url: endpoint("/v1/registrations"))
         call.httpMethod = "POST"
         call.setValue("application/json", forHTTPHeaderField: "Content-Type")
         if let enrolmentSecret { call.setValue(enrolmentSecret, forHTTPHeaderField: "Parley-Enrolment") }
-        call.httpBody = body
+        call.httpBody = try JSONEncoder().encode(RegistrationBody(destination: destination, request: request))
         let (data, response) = try await exchange(call)
-        guard response.statusCode == 201 else { throw ParleyError.from(status: response.statusCode, headers: response.allHeaderFields, body: data) }
+        guard response.statusCode == 201 else { throw ParleyError.from(response, body: data) }
         struct Created: Decodable { var clientToken: String? }
         guard let token = try JSONDecoder.parley.decode(Created.self, from: data).clientToken else {
             throw ParleyError.invalidAnswer("the registration's answer has no clientToken")
@@ -69,7 +63,7 @@ public actor ParleyConversation {
         var registration = try decode(Registration.self, data)
         if let flow = registration.flow, flow.isPending, let presenter {
             try await signIn(flow, presenter: presenter)
-            registration = try await current()
+            registration = try await self.registration()
         }
         return registration
     }
@@ -80,7 +74,7 @@ public actor ParleyConversation {
         var path = "/v1/registrations/me"
         if let wait { path += "?wait=\(min(60, max(0, wait.components.seconds)))" }
         let (data, response) = try await authorized(URLRequest(url: endpoint(path)))
-        guard response.statusCode == 200 else { throw ParleyError.from(status: response.statusCode, headers: response.allHeaderFields, body: data) }
+        guard response.statusCode == 200 else { throw ParleyError.from(response, body: data) }
         return try decode(Registration.self, data)
     }
 
@@ -90,7 +84,7 @@ public actor ParleyConversation {
         call.httpMethod = "DELETE"
         let (data, response) = try await authorized(call)
         guard response.statusCode == 204 || response.statusCode == 401 else {
-            throw ParleyError.from(status: response.statusCode, headers: response.allHeaderFields, body: data)
+            throw ParleyError.from(response, body: data)
         }
         try await storage.removeToken(for: key)
     }
@@ -137,7 +131,7 @@ public actor ParleyConversation {
         var current = flow
         while current.isPending && ContinuousClock.now < deadline {
             let (data, response) = try await authorized(URLRequest(url: endpoint("/v1/flows/\(flow.id)?wait=60")))
-            guard response.statusCode == 200 else { throw ParleyError.from(status: response.statusCode, headers: response.allHeaderFields, body: data) }
+            guard response.statusCode == 200 else { throw ParleyError.from(response, body: data) }
             current = try decode(Flow.self, data)
         }
         return current
@@ -155,7 +149,7 @@ public actor ParleyConversation {
             let (result, response, body) = try await call()
             guard let body, Self.isParleysProblem(response, body: body) else { return (result, response) }
             if let file = result as? URL { try? FileManager.default.removeItem(at: file) }
-            let error = ParleyError.from(status: response.statusCode, headers: response.allHeaderFields, body: body)
+            let error = ParleyError.from(response, body: body)
             guard case .interactionRequired(let flow, _) = error, attempt == 0, let presenter else { throw error }
             try await signIn(flow, presenter: presenter)
             attempt += 1
@@ -219,8 +213,6 @@ public actor ParleyConversation {
         return (data, http)
     }
 
-    private func current() async throws -> Registration { try await registration() }
-
     private func endpoint(_ path: String) -> URL {
         URL(string: parleyURL.absoluteString.trimmingSuffix("/") + path) ?? parleyURL
     }
@@ -252,5 +244,19 @@ extension String {
         var text = self
         while text.hasSuffix(suffix) { text.removeLast(suffix.count) }
         return text
+    }
+}
+
+/// `POST /v1/registrations`'s body: the destination beside the request's own members.
+private struct RegistrationBody: Encodable {
+    let destination: String
+    let request: RegistrationRequest
+
+    enum CodingKeys: String, CodingKey { case destination }
+
+    func encode(to encoder: any Encoder) throws {
+        try request.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(destination, forKey: .destination)
     }
 }

@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// What went wrong, by the problem's code (docs/api.md, "Status codes and problem codes"), each
 /// with the problem's `detail` (written for the client, never a secret).
 public enum ParleyError: Error, Sendable, Equatable {
@@ -53,10 +57,11 @@ public enum ParleyError: Error, Sendable, Equatable {
     }
 
     /// The typed error of a problem answer.
-    static func from(status: Int, headers: [AnyHashable: Any], body: Data) -> ParleyError {
+    static func from(_ response: HTTPURLResponse, body: Data) -> ParleyError {
+        let status = response.statusCode
         let problem = try? JSONDecoder.parley.decode(ProblemBody.self, from: body)
         let detail = problem?.detail ?? "Parley answered \(status)"
-        let retryAfter = (headers.first { ($0.key as? String)?.lowercased() == "retry-after" }?.value as? String)
+        let retryAfter = response.value(forHTTPHeaderField: "Retry-After")
             .flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }.map { Duration.seconds(max(0, $0)) }
         switch problem?.code {
         case "interaction_required":
