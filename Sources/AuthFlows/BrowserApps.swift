@@ -90,8 +90,7 @@ public struct BrowserApp: Sendable, Equatable {
         guard let parts = URLParts(text), parts.path.isEmpty, parts.query == nil, parts.origin == text, text == text.lowercased() else {
             return nil
         }
-        let loopback = ["127.0.0.1", "localhost", "[::1]", "::1"].contains(parts.host)
-        guard parts.scheme == "https" || loopback else { return nil }
+        guard parts.scheme == "https" || parts.isLoopback else { return nil }
         return text
     }
 }

@@ -37,8 +37,7 @@ public struct WebhookSpec: Sendable, Decodable, Equatable {
     public func validated(at label: String, scope: String?) -> (WebhookSubscription?, [String]) {
         var problems: [String] = []
         if let parts = URLParts(url) {
-            let loopback = ["127.0.0.1", "localhost", "::1", "[::1]"].contains(parts.host.lowercased())
-            if parts.scheme != "https" && !loopback {
+            if parts.scheme != "https" && !parts.isLoopback {
                 problems.append("\(label).url must be https (plain http only to a loopback address)")
             }
             if url.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "#") }) {

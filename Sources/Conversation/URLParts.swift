@@ -93,6 +93,10 @@ public struct URLParts: Sendable, Equatable {
 
     public var isSecure: Bool { scheme == "https" }
 
+    /// Whether the host is this machine by name or address (`127.0.0.1`, `localhost`, `[::1]`):
+    /// where plain http is allowed, since nothing crosses a network.
+    public var isLoopback: Bool { host == "127.0.0.1" || host == "localhost" || host == "[::1]" }
+
     /// The path, or `/` when empty.
     public var pathOrRoot: String { path.isEmpty ? "/" : path }
 }

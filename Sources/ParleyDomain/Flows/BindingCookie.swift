@@ -23,21 +23,13 @@ extension HostedBinding {
     /// form (`<uuid>.<secret>`, lowercase, 80 bytes) before anybody reads a flow for it, so a
     /// request costs at most one flow read, whatever its `Cookie` headers hold.
     package static func presented(in cookieHeaders: [String]) -> Presented {
-        var first: Substring?
-        for header in cookieHeaders {
-            for pair in header.split(separator: ";", omittingEmptySubsequences: true) {
-                guard let equals = pair.firstIndex(of: "=") else { continue }
-                guard trimmed(pair[..<equals]) == cookieName else { continue }
-                let value = trimmed(pair[pair.index(after: equals)...])
-                if let first {
-                    if first != value { return .conflicting }
-                } else {
-                    first = value
-                }
-            }
+        switch CookieHeader.value(of: cookieName, in: cookieHeaders) {
+        case .none: return .none
+        case .conflicting: return .conflicting
+        case .one(let value):
+            guard let (id, secret) = wellFormed(value) else { return .none }
+            return .one(id: id, secret: secret)
         }
-        guard let first, let (id, secret) = wellFormed(first) else { return .none }
-        return .one(id: id, secret: secret)
     }
 
     /// `<uuid>.<secret>` exactly as `bindingCookie` writes it, or nil.
@@ -74,12 +66,6 @@ extension HostedBinding {
         return paths.flatMap { path in domains.map { "\(Self.cookieName)=; Path=\(path); Max-Age=0\($0)\(secure)" } }
     }
 
-    private static func trimmed(_ text: Substring) -> Substring {
-        var text = text
-        while let first = text.first, first == " " || first == "\t" { text.removeFirst() }
-        while let last = text.last, last == " " || last == "\t" { text.removeLast() }
-        return text
-    }
 
     private static func isLowercaseHex(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)

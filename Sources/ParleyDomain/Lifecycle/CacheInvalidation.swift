@@ -11,11 +11,6 @@ package struct CacheInvalidation: Service {
     package let news: RegistrationNews
     package let conversations: Conversations
 
-    package var signals: any CacheSignals { news.signals }
-    package var clientTokens: ClientTokens { news.clientTokens }
-    package var tokens: any TokenRepository { news.tokens }
-    package var notBefores: NotBefores { news.notBefores }
-    package var logger: Logger { news.logger }
     /// Long-polls of a registration's status (`GET /v1/registrations/me?wait=`), woken by every
     /// change announced for it, on any instance.
     package var changes: KeyedWaiters<UUID> { news.changes }
@@ -28,7 +23,7 @@ package struct CacheInvalidation: Service {
     }
 
     package func run() async throws {
-        let events = signals.events()
+        let events = news.signals.events()
         // Graceful shutdown ends the wait for events; that is a normal end.
         await cancelWhenGracefulShutdown {
             for await event in events { apply(event) }
@@ -43,27 +38,27 @@ package struct CacheInvalidation: Service {
             conversations.forget(id)
             news.forget(id)
         case .token(let key):
-            tokens.forget(key: key, registrationID: nil)
+            news.tokens.forget(key: key, registrationID: nil)
         case .cookieJar(let id):
             conversations.cookies.forget(registrationID: id.uuidString.lowercased())
         case .notBefore:
-            notBefores.forget()
+            news.notBefores.forget()
         case .all:
-            notBefores.setCaching(true)
-            clientTokens.setCaching(false)
+            news.notBefores.setCaching(true)
+            news.clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
-            tokens.setCaching(false)
+            news.tokens.setCaching(false)
             conversations.forgetAll()
-            clientTokens.setCaching(true)
+            news.clientTokens.setCaching(true)
             conversations.cookies.setCaching(true)
-            tokens.setCaching(true)
+            news.tokens.setCaching(true)
             changes.wake { _ in true }
         case .suspended:
-            logger.warning("cache signal lost: caching paused until it is back")
-            notBefores.setCaching(false)
-            clientTokens.setCaching(false)
+            news.logger.warning("cache signal lost: caching paused until it is back")
+            news.notBefores.setCaching(false)
+            news.clientTokens.setCaching(false)
             conversations.cookies.setCaching(false)
-            tokens.setCaching(false)
+            news.tokens.setCaching(false)
             conversations.forgetAll()
             changes.wake { _ in true }
         }

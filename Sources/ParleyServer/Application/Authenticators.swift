@@ -45,7 +45,7 @@ struct ClientAuthenticator: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let bearer = bearerToken(request)
         let cookie = bearer == nil ? session?.token(in: request) : nil
-        if cookie != nil, request.headers[.parleyCSRF] != "1" { throw BrowserSession.refused }
+        if cookie != nil, !BrowserSession.sentByScript(request) { throw BrowserSession.refused }
         guard let token = bearer ?? cookie else { throw Problem.invalidClientToken }
         let found: RegistrationRecord?
         if cookie == nil, let agents, AgentAccess.isJWT(token) {
@@ -66,7 +66,7 @@ struct ClientAuthenticator: RouterMiddleware {
         if cookie != nil, let session {
             // A cookie is a browser app's credential only, and holds only from the app's origins.
             guard let app = session.apps.named(registration.browserApp) else { throw Problem.invalidClientToken }
-            guard session.admits(request, app: app) else { throw BrowserSession.refused }
+            guard session.allowsOrigin(of: request, app: app) else { throw BrowserSession.refused }
         }
         var context = context
         context.registration = registration

@@ -34,24 +34,18 @@ struct BrowserSession: Sendable {
     /// The client token a request carries in the session cookie, if any (one value only: two
     /// different ones, one planted beside the real one, count as none).
     func token(in request: Request) -> String? {
-        guard !apps.isEmpty else { return nil }
-        var found: String?
-        for field in request.headers[values: .cookie] {
-            for pair in field.split(separator: ";") {
-                let parts = pair.split(separator: "=", maxSplits: 1)
-                guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == cookieName else { continue }
-                let value = parts[1].trimmingCharacters(in: .whitespaces)
-                if let found, found != value { return nil }
-                found = value
-            }
-        }
-        return found.flatMap { $0.isEmpty ? nil : $0 }
+        guard !apps.isEmpty, case .one(let value) = CookieHeader.value(of: cookieName, in: request.headers[values: .cookie]), !value.isEmpty
+        else { return nil }
+        return String(value)
     }
 
-    /// Whether a call authenticated by the cookie may act: `Parley-CSRF: 1`, and no `Origin` or
-    /// one of the registration's app's origins.
-    func admits(_ request: Request, app: BrowserApp) -> Bool {
-        guard request.headers[.parleyCSRF] == "1" else { return false }
+    /// Whether a request carries `Parley-CSRF: 1`: sent by a script (the header needs a CORS
+    /// preflight across origins), never by a form of another site.
+    static func sentByScript(_ request: Request) -> Bool { request.headers[.parleyCSRF] == "1" }
+
+    /// Whether a call the cookie authenticates comes from no page (no `Origin`) or from one of
+    /// the registration's app's origins (the header is checked before the cookie is looked up).
+    func allowsOrigin(of request: Request, app: BrowserApp) -> Bool {
         guard let origin = request.headers[.origin] else { return true }
         return app.allows(origin: origin)
     }

@@ -29,7 +29,7 @@ struct RegistrationsController: Sendable {
         let browser = input.browser == true
         // A browser app's registration is made by its page's script, never by a form of another
         // site: the custom header needs a CORS preflight, which only the apps' origins pass.
-        if browser, request.headers[.parleyCSRF] != "1" { throw BrowserSession.refused }
+        if browser, !BrowserSession.sentByScript(request) { throw BrowserSession.refused }
         let created = try await service.register(
             input, enrolmentSecret: request.headers[HTTPField.Name("Parley-Enrolment")!], origin: request.headers[.origin], logger: context.logger)
         var response = try JSONBody.response(
