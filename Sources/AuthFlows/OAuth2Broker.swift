@@ -1,6 +1,7 @@
 public import Conversation
 public import Foundation
 public import Logging
+import ParleyCrypto
 import Synchronization
 
 /// Joins concurrent callers of the same key onto one piece of work (in-process single flight).
@@ -34,7 +35,7 @@ public enum TokenEvent: String, Sendable {
 /// How a refresh ended, for metrics and the audit log.
 public enum RefreshOutcome: String, Sendable, CaseIterable {
     case ok
-    /// `invalid_grant`: the refresh token is gone.
+    /// `invalid_grant`, or an answer lost (the refresh token is taken as spent): the refresh token is gone.
     case permanent
     /// Refused, malformed, 5xx, 429 or network: tokens kept, backing off.
     case transient
@@ -84,6 +85,9 @@ public final class OAuth2Broker: Sendable {
     /// was revoked after it was given); nil: every identity may.
     let identityGate: (@Sendable (PropagatedIdentity) async throws -> Bool)?
     private let flights = SingleFlight<TokenKey, TokenOutcome>()
+    /// Refresh tokens this process took as spent while the store still holds them (a refresh whose
+    /// answer was lost, a rotated token that could not be stored): never sent again from here.
+    private let spent = SpentRefreshTokens()
     private let backoff = Mutex<[TokenKey: (until: Date, failures: Int, error: OAuth2Error)]>([:])
     /// The most token keys kept in back-off at once.
     static let maxBackoffEntries = 100_000
@@ -144,8 +148,11 @@ public final class OAuth2Broker: Sendable {
             return .token(current)
         }
         try checkBackoff(key)
+        // A refresh token is sent at most once: a server that rotates them and detects reuse
+        // (Keycloak, Auth0, django-oauth-toolkit) answers a second use by revoking the whole family.
+        let refreshToken = current?.refreshToken.flatMap { spent.contains($0) ? nil : $0 }
 
-        if let current, let refresh = current.refreshToken {
+        if let current, let refresh = refreshToken {
             try admitCall(key)
             var parameters = [("grant_type", "refresh_token"), ("refresh_token", refresh)]
             if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
@@ -153,7 +160,12 @@ public final class OAuth2Broker: Sendable {
             case .token(let token):
                 // The authorization server may have rotated the refresh token: the old one is dead,
                 // and the new one exists only here until it is stored, so it is stored first.
-                try await saveRotated(token, for: key, grant: settings.grant, access: access)
+                do {
+                    try await saveRotated(token, for: key, grant: settings.grant, access: access)
+                } catch {
+                    if token.refreshToken != refresh { spent.insert(refresh) }
+                    throw error
+                }
                 succeeded(key)
                 events?.refreshed(.ok, destination: key.destination, ahead: ahead)
                 await events?.record(.refreshed, key: key, grant: settings.grant, detail: nil)
@@ -169,7 +181,19 @@ public final class OAuth2Broker: Sendable {
                 throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: error, OAuth2Error(
                     .refused, detail: "the authorization server refused Parley's refresh request (\(error)); the stored tokens are kept"))
             case .malformed(let reason):
+                // A whole answer, from something that is not a token endpoint at work (a proxy's or
+                // a maintenance page, a WAF): the refresh token did not reach a grant; it is kept.
                 throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "malformed", OAuth2Error(.invalidResponse, detail: reason))
+            case .uncertain:
+                // The server may have rotated the refresh token and its answer is lost (a timeout, a
+                // gateway's 504, a body that broke off): taken as spent and never sent again; as
+                // after `invalid_grant`, the grant comes next (a new family).
+                await forget(refresh, of: current, key: key, grant: settings.grant, access: access)
+                events?.refreshed(.permanent, destination: key.destination, ahead: ahead)
+                await events?.record(.refreshFailed, key: key, grant: settings.grant, detail: "outcome_unknown")
+                logger.warning(
+                    "a refresh's answer was lost; its refresh token is taken as spent",
+                    metadata: ["destination": .string(key.destination)])
             case .transient(let retryAfter):
                 throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "unavailable", OAuth2Error(
                     .temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
@@ -181,8 +205,10 @@ public final class OAuth2Broker: Sendable {
         var parameters: [(String, String)]
         switch settings.grant {
         case .authorizationCode:
-            if current != nil, current?.refreshToken == nil {
-                try await access.delete(key)  // stale, and nothing to refresh it with
+            if let current, refreshToken == nil || spent.contains(refreshToken ?? "") {
+                // Nothing to renew it with: ahead of need it serves until it expires; for a call it is done.
+                if ahead, isFresh(current) { return .token(current) }
+                try await access.delete(key)
             }
             return .interactionRequired
         case .clientCredentials:
@@ -223,8 +249,25 @@ public final class OAuth2Broker: Sendable {
             throw OAuth2Error(.refused, detail: "the authorization server refused the \(settings.grant.rawValue) grant (\(error))")
         case .malformed(let reason):
             throw backOff(key, OAuth2Error(.invalidResponse, detail: reason))
-        case .transient(let retryAfter):
+        case .transient(let retryAfter), .uncertain(let retryAfter):
             throw backOff(key, OAuth2Error(.temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
+        }
+    }
+
+    /// A refresh whose outcome is unknown spent its refresh token as far as Parley can tell: the
+    /// token is kept without it (the access token serves until it expires; then the password grant
+    /// starts a new family, an authorization-code registration needs its person), and this process
+    /// never sends it again even if that write fails.
+    private func forget(_ refresh: String, of current: StoredToken, key: TokenKey, grant: OAuth2Settings.Grant, access: any TokenAccess) async {
+        spent.insert(refresh)
+        var kept = current
+        kept.refreshToken = nil
+        do {
+            try await access.save(kept, for: key, grant: grant)
+        } catch {
+            logger.warning(
+                "a refresh token taken as spent could not be dropped from the store; this instance will not send it again",
+                metadata: ["destination": .string(key.destination), "error": "\(error)"])
         }
     }
 
@@ -316,6 +359,32 @@ public final class OAuth2Broker: Sendable {
 
     private func succeeded(_ key: TokenKey) {
         _ = backoff.withLock { $0.removeValue(forKey: key) }
+    }
+}
+
+/// Digests of refresh tokens taken as spent, at most `capacity` (the oldest forgotten first: by
+/// then the store no longer holds them, or another instance has replaced them).
+final class SpentRefreshTokens: Sendable {
+    static let capacity = 100_000
+    private let state = Mutex<(digests: Set<[UInt8]>, order: [[UInt8]], next: Int)>(([], [], 0))
+
+    func insert(_ token: String) {
+        let digest = SHA256.hash(Array(token.utf8))
+        state.withLock { state in
+            guard state.digests.insert(digest).inserted else { return }
+            if state.order.count < Self.capacity {
+                state.order.append(digest)
+            } else {
+                state.digests.remove(state.order[state.next])
+                state.order[state.next] = digest
+                state.next = (state.next + 1) % Self.capacity
+            }
+        }
+    }
+
+    func contains(_ token: String) -> Bool {
+        let digest = SHA256.hash(Array(token.utf8))
+        return state.withLock { $0.digests.contains(digest) }
     }
 }
 

@@ -133,8 +133,11 @@ public struct TokenEndpointClient: Sendable {
             response = try await transport.send(formRequest(settings.tokenEndpoint, parameters))
         } catch let error as TransportError where error.code == .invalidResponse {
             return .malformed(reason: "the token endpoint's answer is not usable HTTP")
-        } catch {
+        } catch let error as TransportError where !error.mayHaveReachedPeer {
             return .transient(retryAfter: nil)
+        } catch {
+            // Sent, perhaps acted on, and the answer lost (a timeout, a reset, the caller gone).
+            return .uncertain(retryAfter: nil)
         }
         let bytes: [UInt8]
         do {
@@ -142,7 +145,8 @@ public struct TokenEndpointClient: Sendable {
         } catch let error as TransportError where error.code == .bodyTooLarge {
             return .malformed(reason: "the token endpoint's answer is larger than Parley accepts")
         } catch {
-            return .transient(retryAfter: nil)
+            // The head came: the server has acted on the request, and its body broke off.
+            return .uncertain(retryAfter: nil)
         }
         return TokenResponse.parse(
             status: response.status, retryAfter: response.headers["Retry-After"], body: bytes, now: clock.now,
@@ -193,6 +197,7 @@ extension TokenEndpointOutcome {
         case .refused: "refused"
         case .malformed: "malformed"
         case .transient: "transient"
+        case .uncertain: "uncertain"
         }
     }
 }

@@ -13,8 +13,14 @@ public enum TokenEndpointOutcome: Sendable, Equatable {
     /// An answer that is not a usable token response (not JSON, wrong `token_type`,
     /// missing or absurd `expires_in`, a WAF's HTML page): `502`, stored tokens stay.
     case malformed(reason: String)
-    /// Network failure, 5xx, 429: keep what is stored and back off.
+    /// The request did not reach the authorization server (no connection), or the server said it
+    /// could not take it now (429, 503): keep what is stored and back off.
     case transient(retryAfter: Duration?)
+    /// The request may have reached the authorization server and been acted on, but its answer was
+    /// lost: a timeout or a broken connection after sending, a broken body after the head, another
+    /// 5xx (a gateway's 502 or 504 says nothing of what the server behind it did). A refresh token
+    /// it carried must be taken as spent; otherwise like `transient`.
+    case uncertain(retryAfter: Duration?)
 }
 
 public enum TokenResponse {
@@ -31,8 +37,10 @@ public enum TokenResponse {
         switch status {
         case 200:
             return token(body, now: now, previousRefreshToken: previousRefreshToken)
-        case 429, 500...599:
+        case 429, 503:
             return .transient(retryAfter: Self.retryAfter(retryAfter))
+        case 500...599:
+            return .uncertain(retryAfter: Self.retryAfter(retryAfter))
         case 400...499:
             guard let wire = try? JSONDecoder().decode(WireError.self, from: Data(body)), let raw = wire.error else {
                 return .malformed(reason: "the token endpoint answered HTTP \(status) without an OAuth2 error")

@@ -360,10 +360,15 @@ public struct TransportError: Error, Sendable, CustomStringConvertible {
     public let code: Code
     /// Safe for logs and problem details: no secrets.
     public let detail: String
+    /// Whether any byte of the request may have reached the peer. False only when the transport
+    /// knows it did not (no connection, nothing written): such a request may be sent again even
+    /// where sending twice is harmful (a rotating refresh token). Unknown counts as true.
+    public let mayHaveReachedPeer: Bool
 
-    public init(_ code: Code, detail: String) {
+    public init(_ code: Code, detail: String, mayHaveReachedPeer: Bool = true) {
         self.code = code
         self.detail = detail
+        self.mayHaveReachedPeer = mayHaveReachedPeer
     }
 
     public var description: String { "TransportError(\(code)): \(detail)" }

@@ -4,10 +4,11 @@ import Conversation
 /// Maps curl result codes to `TransportError`. The detail names the host and curl's
 /// error kind only: never the URL path or query, a header, a body or a password.
 enum CurlErrors {
-    static func error(for code: CURLcode, host: String, during step: String? = nil) -> TransportError {
+    static func error(for code: CURLcode, host: String, during step: String? = nil, requestSent: Bool = true) -> TransportError {
         let kind = String(cString: curl_easy_strerror(code))
         let context = step.map { " (setting \($0))" } ?? ""
-        return TransportError(classify(code), detail: "\(host): \(kind) [curl \(code.rawValue)]\(context)")
+        return TransportError(
+            classify(code), detail: "\(host): \(kind) [curl \(code.rawValue)]\(context)", mayHaveReachedPeer: requestSent)
     }
 
     static func classify(_ code: CURLcode) -> TransportError.Code {

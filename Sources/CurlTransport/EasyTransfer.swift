@@ -47,7 +47,7 @@ final class EasyTransfer {
         request: PreparedRequest, state: TransferState, configuration: CurlTransport.Configuration, waiting: HandOvers, logger: Logger
     ) throws(TransportError) -> EasyTransfer {
         guard let handle = curl_easy_init() else {
-            throw TransportError(.unavailable, detail: "\(request.host): curl_easy_init failed")
+            throw TransportError(.unavailable, detail: "\(request.host): curl_easy_init failed", mayHaveReachedPeer: false)
         }
         let transfer = EasyTransfer(
             handle: handle, state: state, request: request, wholeBodyBytes: min(configuration.wholeBodyBytes, configuration.highWaterMark), waiting: waiting, logger: logger)
@@ -91,7 +91,7 @@ final class EasyTransfer {
 
     private func check(_ code: CURLcode, _ what: String) throws(TransportError) {
         guard code == CURLE_OK else {
-            throw CurlErrors.error(for: code, host: request.host, during: what)
+            throw CurlErrors.error(for: code, host: request.host, during: what, requestSent: false)
         }
     }
 
@@ -153,7 +153,7 @@ final class EasyTransfer {
         // Headers.
         for line in request.headerLines {
             guard let list = curl_slist_append(headerList, line) else {
-                throw TransportError(.unavailable, detail: "\(request.host): out of memory for headers")
+                throw TransportError(.unavailable, detail: "\(request.host): out of memory for headers", mayHaveReachedPeer: false)
             }
             headerList = list
         }

@@ -216,7 +216,7 @@ final class MultiLoop: @unchecked Sendable {
             let added = curl_multi_add_handle(multi, transfer.handle)
             guard added == CURLM_OK else {
                 transfer.release()
-                state.finish(TransportError(.unavailable, detail: "\(request.host): curl_multi_add_handle failed"))
+                state.finish(TransportError(.unavailable, detail: "\(request.host): curl_multi_add_handle failed", mayHaveReachedPeer: false))
                 return
             }
             transfers[state.id] = transfer
@@ -252,7 +252,11 @@ final class MultiLoop: @unchecked Sendable {
             if let reason = transfer.headFailure {
                 error = TransportError(.invalidResponse, detail: "\(transfer.request.host): \(reason)")
             } else if code != CURLE_OK {
-                error = CurlErrors.error(for: code, host: transfer.request.host)
+                // Bytes of the request handed to the connection (0: it never left, so it may be
+                // sent again safely; a failed read of the counter counts as "may have").
+                var sent = -1
+                _ = c_parley_easy_getinfo_long(transfer.handle, CURLINFO_REQUEST_SIZE, &sent)
+                error = CurlErrors.error(for: code, host: transfer.request.host, requestSent: sent != 0)
             }
             retire(transfer, multi: multi, error: error)
         }

@@ -193,6 +193,11 @@ import Testing
         #expect(Self.parse("", status: 503, retryAfter: "7") == .transient(retryAfter: .seconds(7)))
         #expect(Self.parse("", status: 429, retryAfter: "99999999999999") == .transient(retryAfter: nil))
         #expect(Self.parse("", status: 429, retryAfter: "100000") == .transient(retryAfter: .seconds(3600)))
+        // Only 429 and 503 say the request was not taken; any other 5xx (a gateway's 502 or 504
+        // included) leaves open whether the server acted on it.
+        for status in [500, 502, 504, 599] {
+            #expect(Self.parse("<html>Gateway Time-out</html>", status: status) == .uncertain(retryAfter: nil), "\(status)")
+        }
         #expect(Self.isMalformed(Self.parse("", status: 302)))
         #expect(Self.isMalformed(Self.parse("", status: 201)))
     }

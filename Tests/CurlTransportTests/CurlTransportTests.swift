@@ -541,6 +541,30 @@ struct CurlTransportTests {
         }
     }
 
+    /// Whether a failed request may have reached the peer: never when nothing could connect
+    /// (such a request may be sent again safely), always once the request was written, whatever
+    /// the peer did with it (a rotating refresh token must then be taken as spent).
+    @Test func aFailureSaysWhetherTheRequestMayHaveReachedThePeer() async throws {
+        let transport = Fixtures.transport()
+        defer { transport.shutdown() }
+        let port = try FreePort.find()
+        do {
+            _ = try await transport.send(UpstreamRequest(method: "POST", url: "http://127.0.0.1:\(port)/", body: .bytes(Array("x=1".utf8))))
+            Issue.record("a closed port answered")
+        } catch let error as TransportError {
+            #expect(error.code == .unavailable && !error.mayHaveReachedPeer, "\(error)")
+        }
+        let upstream = try HostileUpstream(cases: ["read-then-close": .raw("")])
+        defer { upstream.stop() }
+        do {
+            _ = try await transport.send(UpstreamRequest(method: "POST", url: upstream.url("read-then-close"), body: .bytes(Array("x=1".utf8))))
+            Issue.record("a peer that closed without answering answered")
+        } catch let error as TransportError {
+            #expect(error.mayHaveReachedPeer, "\(error)")
+        }
+        #expect(upstream.requests("read-then-close").count == 1, "the request did reach the peer")
+    }
+
     // MARK: Cancellation and shutdown
 
     @Test func cancellingTheReaderEndsTheTransfer() async throws {

@@ -99,4 +99,73 @@ import ParleyDomain
         }
         await dot.stop()
     }
+
+    /// A refresh whose answer is lost after DOT carried it out (a gateway's `504` for a slow
+    /// server, or a `200` whose body breaks off): DOT has rotated the refresh token, so sending it
+    /// again would be a replay that kills the family. Parley takes it as spent: the call that
+    /// waited gets a token from the password grant at once, and no refresh token is ever presented
+    /// twice, then or later.
+    @Test(arguments: ["504", "cut"]) func aLostRefreshAnswerSpendsItsRefreshToken(_ how: String) async throws {
+        try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/peer-python.sh", "dot-as", "-c", "import oauth2_provider"])
+        let port = try FreePort.find()
+        let dot = try await ParleyProcess.start(
+            arguments: [
+                packageRoot + "/scripts/peer-python.sh", "dot-as", packageRoot + "/Tests/Fixtures/lifecycle/dot_as.py", "--port", String(port),
+                "--client-id", "parley", "--client-secret", "s3cret", "--user", "alice:wonderland",
+            ], environment: ["HOME": NSTemporaryDirectory()], port: port, binary: "/bin/bash", readyLine: "dot-as ready")
+        defer { Task { await dot.stop() } }
+        let base = "http://127.0.0.1:\(port)"
+        try await withLiveParley(
+            destinations: { _ in
+                var spec = DestinationSpec(name: "dot", url: base)
+                spec.oauth2 = DestinationSpec.OAuth2(
+                    grant: "password", authorizationEndpoint: nil, tokenEndpoint: base + "/o/token/", revocationEndpoint: nil,
+                    clientId: "parley", clientSecret: "s3cret", clientAuthentication: "client_secret_basic", scopes: ["read"], scopeKeys: nil,
+                    challenge: nil)
+                return [spec]
+            }
+        ) { live in
+            let (_, token) = try await live.register("dot")
+            let first = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
+            #expect(first.status == 200, "\(first.text) — DOT: \(dot.log.suffix(2000))")
+
+            // The token goes stale; the next call refreshes it, and DOT's answer is lost on the way.
+            func expire() async throws {
+                try await live.store.execute("UPDATE tokens SET expires_at = now() - interval '1 minute'")
+                try await live.store.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: nil)))")
+            }
+            let lose = try await RawHTTP.request(port: port, method: "POST", target: "/gateway/lose-refresh-answers?count=1&how=\(how)")
+            #expect(lose.status == 204)
+            try await expire()
+            // Until the notice reaches the instance a call may still send the cached token (DOT
+            // still takes it): call until one has refreshed.
+            let clock = ContinuousClock()
+            let deadline = clock.now.advanced(by: .seconds(10))
+            var waited = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
+            var stats = try await Self.stats(port)
+            while stats["refreshGrants"] == 0, clock.now < deadline {
+                waited = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
+                stats = try await Self.stats(port)
+            }
+            #expect(stats["answersLost"] == 1 && stats["refreshGrants"] == 1, "\(stats)")
+            #expect(waited.status == 200 && waited.json?["sub"] as? String == "alice", "the call that waited did not fail: \(waited.text)")
+            #expect(stats["passwordGrants"] == 2, "the lost refresh was followed by the password grant, a new family: \(stats)")
+            let dropped = try await live.store.query("SELECT count(*) AS n FROM audit_events WHERE action = 'token.refresh_failed'")
+            #expect(try dropped.first?.int("n") == 1)
+
+            // The new family refreshes as usual, and the spent refresh token never comes back.
+            try await expire()
+            let end = clock.now.advanced(by: .seconds(10))
+            var later = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
+            stats = try await Self.stats(port)
+            while stats["refreshGrants"] == 1, clock.now < end {
+                later = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
+                stats = try await Self.stats(port)
+            }
+            #expect(later.status == 200, "\(later.text)")
+            #expect(stats["refreshGrants"] == 2 && stats["passwordGrants"] == 2, "\(stats)")
+            #expect(stats["reuseDetected"] == 0, "no refresh token was presented twice: \(stats) — DOT: \(dot.log.suffix(2000))")
+        }
+        await dot.stop()
+    }
 }

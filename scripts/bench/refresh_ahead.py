@@ -19,7 +19,8 @@ and a look every second that starts at most AHEAD_PER_LOOK (default 400) refresh
    call waited for a refresh), the refresh rate achieved against the configured one.
 
 Environment: BIN DATABASE_URL PSQL SIM_PORT KEYS TMP (see common.sh); knobs AHEAD_REGISTRATIONS,
-AHEAD_PER_LOOK, AHEAD_PROBE_RPS. Exits 0 when it ran, whatever the verdict;
+AHEAD_PER_LOOK, AHEAD_PROBE_RPS, AHEAD_TOKEN_DELAY_MS (0: the token endpoint's answers from step 2
+on wait this long, a slow authorization server). Exits 0 when it ran, whatever the verdict;
 1 when something could not run.
 """
 
@@ -146,6 +147,7 @@ def main():
     n = int(os.environ.get("AHEAD_REGISTRATIONS", "10000"))
     per_look = int(os.environ.get("AHEAD_PER_LOOK", "400"))
     rps = int(os.environ.get("AHEAD_PROBE_RPS", "100"))
+    token_delay_ms = int(os.environ.get("AHEAD_TOKEN_DELAY_MS", "0"))
     lead = 120
     # A simulator of its own, so that its counters are this run's.
     (sim_port,) = free_ports(1)
@@ -165,13 +167,13 @@ def main():
             if simulator.poll() is not None or time.monotonic() > deadline:
                 die(f"the simulator did not start: {_tail(sim_log)}")
             time.sleep(0.05)
-        run(env, sim_port, n, lead, per_look, rps)
+        run(env, sim_port, n, lead, per_look, rps, token_delay_ms)
     finally:
         simulator.terminate()
         simulator.wait(timeout=10)
 
 
-def run(env, sim_port, n, lead, per_look, rps):
+def run(env, sim_port, n, lead, per_look, rps, token_delay_ms):
     sim = f"http://127.0.0.1:{sim_port}"
     destinations = f"""destinations:
   - name: ahead
@@ -200,6 +202,11 @@ def run(env, sim_port, n, lead, per_look, rps):
             "UPDATE tokens SET updated_at = now() - interval '1000 seconds', "
             "expires_at = now() + interval '150 seconds' + random() * interval '60 seconds'")
     env.sql("SELECT pg_notify('parley_cache', 't:*')")
+    if token_delay_ms:
+        # A slow authorization server: each token-endpoint answer from now on waits this long.
+        status, _ = request(sim_port, "POST", f"/sim/oauth/token-delay?ms={token_delay_ms}")
+        if status != 204:
+            die(f"POST /sim/oauth/token-delay answered {status}")
     seeded = time.monotonic()
     due_after = 90
     say(f"refresh ahead: {n} registrations of destination 'ahead' (password grant) seeded in {seeding:.1f} s; "

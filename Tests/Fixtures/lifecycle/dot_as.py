@@ -20,7 +20,13 @@ directory, made at start and removed at exit, migrated by Django's own `migrate`
                            answers 200 {"sub": <username>, "server": "django-oauth-toolkit"}; a
                            missing, expired or revoked one 401 with
                            `WWW-Authenticate: Bearer error="invalid_token"…`;
+- POST /gateway/lose-refresh-answers?count=N&how=504|cut
+                         — the gateway in front of DOT loses the answers of the next N refresh_token
+                           grants that DOT carried out (rotating the refresh token): `504` answers a
+                           Gateway Timeout page, as a proxy does when the server behind it was slow;
+                           `cut` sends DOT's 200 head and half its body, then drops the connection;
 - GET  /stats            — {"refreshGrants", "passwordGrants"}: calls of /o/token/ by grant_type;
+                           "answersLost": answers lost by the gateway;
                            "reuseDetected": refresh_token grants answered 400 invalid_grant for a
                            refresh token the database holds as revoked (a replay: rotated away,
                            revoked with its family, or revoked at /o/revoke_token/);
@@ -44,7 +50,8 @@ import django
 from django.conf import settings
 
 args = None
-counts = {"refreshGrants": 0, "passwordGrants": 0, "reuseDetected": 0}
+counts = {"refreshGrants": 0, "passwordGrants": 0, "reuseDetected": 0, "answersLost": 0}
+lose = {"count": 0, "how": "504"}
 lock = threading.Lock()
 urlpatterns = []  # filled in by main() once Django is set up; this module is the ROOT_URLCONF
 
@@ -78,9 +85,42 @@ def count_token_calls(get_response):
                     counts["reuseDetected"] += 1
             elif grant_type == "password":
                 counts["passwordGrants"] += 1
-        return response
+            lost = grant_type == "refresh_token" and response.status_code == 200 and lose["count"] > 0
+            if lost:
+                lose["count"] -= 1
+                counts["answersLost"] += 1
+        return lost_answer(response) if lost else response
 
     return middleware
+
+
+def lost_answer(response):
+    """What the client of a gateway sees when DOT's answer is lost behind it."""
+    from django.http import HttpResponse, StreamingHttpResponse
+
+    if lose["how"] == "504":
+        return HttpResponse(b"<html><body><h1>504 Gateway Time-out</h1></body></html>", status=504, content_type="text/html")
+    body = response.content
+
+    def half_then_break():
+        yield body[: len(body) // 2]
+        raise ConnectionAbortedError("the gateway lost the rest of the answer")
+
+    cut = StreamingHttpResponse(half_then_break(), status=200, content_type="application/json")
+    cut["Content-Length"] = str(len(body))
+    return cut
+
+
+def lose_refresh_answers(request):
+    from django.http import HttpResponse
+
+    how = request.GET.get("how", "504")
+    if request.method != "POST" or how not in ("504", "cut"):
+        return HttpResponse(status=400)
+    with lock:
+        lose["count"] = int(request.GET.get("count", "1"))
+        lose["how"] = how
+    return HttpResponse(status=204)
 
 
 def resource(request, rest=""):
@@ -181,6 +221,7 @@ def main():
         path("o/", include("oauth2_provider.urls", namespace="oauth2_provider")),
         re_path(r"^api/(?P<rest>.*)$", protected(resource)),
         path("stats", stats),
+        path("gateway/lose-refresh-answers", lose_refresh_answers),
     ]
     try:
         run(

@@ -197,7 +197,7 @@ package struct OAuth2AuthorizationCodeFlow: FlowKindHandler {
             try await lifecycle.finish(flow, status: .failed, error: error, logger: logger)
         case .malformed:
             try await lifecycle.finish(flow, status: .failed, error: "invalid_token_response", logger: logger)
-        case .transient:
+        case .transient, .uncertain:
             try await lifecycle.finish(flow, status: .failed, error: "temporarily_unavailable", logger: logger)
         }
         return done
