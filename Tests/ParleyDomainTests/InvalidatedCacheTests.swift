@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 import ParleyDomain
@@ -48,5 +49,42 @@ import ParleyDomain
         cache.set(1, for: 99, readSince: mark)
         #expect(cache.value(for: 7) == nil)
         #expect(cache.value(for: 99) == nil)
+    }
+
+    /// A registration's entries go by its id, without a scan of the cache (a sign-in or a
+    /// deregistration among 100,000 cached registrations held the lock for every lookup), and a
+    /// value of its read before that is not stored after it, whatever its key.
+    @Test func anOwnersEntriesGoTogetherAndNoEarlierReadComesBack() {
+        let alice = UUID(), bob = UUID()
+        let cache = InvalidatedCache<String, UUID>(enabled: true, owner: { $0 })
+        for key in ["a1", "a2"] { cache.set(alice, for: key, readSince: cache.mark()) }
+        cache.set(bob, for: "b1", readSince: cache.mark())
+        let mark = cache.mark()
+        cache.removeAll(owner: alice)
+        #expect(cache.value(for: "a1") == nil && cache.value(for: "a2") == nil)
+        #expect(cache.value(for: "b1") == bob)
+        cache.set(alice, for: "a3", readSince: mark)
+        #expect(cache.value(for: "a3") == nil, "read before alice's removal: not stored")
+        cache.set(bob, for: "b2", readSince: mark)
+        #expect(cache.value(for: "b2") == bob, "bob's read is not held back by alice's removal")
+        cache.set(alice, for: "a3", readSince: cache.mark())
+        #expect(cache.value(for: "a3") == alice)
+        // An entry replaced by another owner's, or gone, leaves the index with it.
+        cache.set(bob, for: "a3", readSince: cache.mark())
+        cache.removeAll(owner: alice)
+        #expect(cache.value(for: "a3") == bob)
+        cache.remove("b1")
+        cache.removeAll(owner: bob)
+        #expect(cache.value(for: "a3") == nil && cache.value(for: "b2") == nil)
+    }
+
+    /// At its bound the cache sheds an eighth, not everything: emptied at once, every caller
+    /// would go to the database in the same moment.
+    @Test func aFullCacheShedsAnEighth() {
+        let cache = InvalidatedCache<Int, Int>(capacity: 800, enabled: true)
+        for key in 0..<800 { cache.set(key, for: key, readSince: cache.mark()) }
+        cache.set(800, for: 800, readSince: cache.mark())
+        let kept = (0...800).filter { cache.value(for: $0) != nil }.count
+        #expect(kept == 701, "700 of the 800, and the new one")
     }
 }

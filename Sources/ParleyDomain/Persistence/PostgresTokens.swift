@@ -13,7 +13,7 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     /// Tokens as last read here (nil: none stored), by `TokenKey.description`: the proxy
     /// path reads a token on every request. Every write announces the key (`t:`), so every
     /// instance drops its copy; a lost signal suspends the cache.
-    package let cache = InvalidatedCache<String, TokenSlot>()
+    package let cache = InvalidatedCache<String, TokenSlot>(owner: { $0.registrationID.flatMap(UUID.init(uuidString:)) })
     /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
     package let leaseDuration: Duration
     /// How long a section waits for another holder before giving up with `503`.
@@ -39,8 +39,7 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
         if let key {
             cache.remove(key)
         } else if let registrationID {
-            let id = registrationID.uuidString.lowercased()
-            cache.removeAll { $1.registrationID == id }
+            cache.removeAll(owner: registrationID)
         } else {
             cache.removeAll()
         }
@@ -101,11 +100,9 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
         let ordered = uses.sorted { $0.key.description < $1.key.description }
         try await store.withTransaction { connection in
             for (key, at) in ordered {
-                let registration = key.registrationID.flatMap(UUID.init(uuidString:))
                 try await connection.execute(
                     """
-                    UPDATE tokens SET last_used_at = \(at) WHERE destination = \(key.destination)
-                        AND registration_id IS NOT DISTINCT FROM \(registration)::uuid AND scope_key = \(key.scopeKey)
+                    UPDATE tokens SET last_used_at = \(at) WHERE \(ConnectionTokens.row(key))
                         AND (last_used_at IS NULL OR last_used_at < \(at))
                     """)
             }
@@ -188,12 +185,20 @@ package struct ConnectionTokens: TokenAccess {
 
     package static func binding(_ key: TokenKey, _ column: String) -> String { "tokens.\(column):\(key.description)" }
 
+    /// The condition that finds `key`'s row by the unique index: `registration_id = $n`, or `IS NULL`
+    /// for a destination's shared token (`IS NOT DISTINCT FROM` would say the same, but no index
+    /// serves it, and every lookup read every token of the destination).
+    package static func row(_ key: TokenKey) -> SQL {
+        if let registration = key.registrationID.flatMap(UUID.init(uuidString:)) {
+            return "destination = \(key.destination) AND registration_id = \(registration) AND scope_key = \(key.scopeKey)"
+        }
+        return "destination = \(key.destination) AND registration_id IS NULL AND scope_key = \(key.scopeKey)"
+    }
+
     package func load(_ key: TokenKey) async throws -> StoredToken? {
-        let registration = key.registrationID.flatMap(UUID.init(uuidString:))
         let rows = try await connection.query(
             """
-            SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens
-            WHERE destination = \(key.destination) AND registration_id IS NOT DISTINCT FROM \(registration)::uuid AND scope_key = \(key.scopeKey)
+            SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))
             """)
         guard let row = rows.first else { return nil }
         return try Self.decode(row, key: key, keyRing: keyRing)
@@ -225,11 +230,6 @@ package struct ConnectionTokens: TokenAccess {
     }
 
     package func delete(_ key: TokenKey) async throws {
-        let registration = key.registrationID.flatMap(UUID.init(uuidString:))
-        try await connection.execute(
-            """
-            DELETE FROM tokens WHERE destination = \(key.destination)
-                AND registration_id IS NOT DISTINCT FROM \(registration)::uuid AND scope_key = \(key.scopeKey)
-            """)
+        try await connection.execute("DELETE FROM tokens WHERE \(Self.row(key))")
     }
 }

@@ -7,9 +7,9 @@ package final class ClientTokens: Sendable {
     package static let maxTokenBytes = 512
 
     package let registrations: any RegistrationRepository
-    package let recent = InvalidatedCache<[UInt8], RegistrationRecord>()
+    package let recent = InvalidatedCache<[UInt8], RegistrationRecord>(owner: { $0.id })
     /// Agents' registrations by (destination, user, client), for `AgentAccess`; kept current with `recent`.
-    package let agentRegistrations = InvalidatedCache<AgentKey, RegistrationRecord>()
+    package let agentRegistrations = InvalidatedCache<AgentKey, RegistrationRecord>(owner: { $0.id })
 
     package init(registrations: any RegistrationRepository) { self.registrations = registrations }
 
@@ -27,8 +27,8 @@ package final class ClientTokens: Sendable {
 
     /// A registration changed or went away: no cached answer may outlive it.
     package func forget(_ registrationID: UUID) {
-        recent.removeAll { $1.id == registrationID }
-        agentRegistrations.removeAll { $1.id == registrationID }
+        recent.removeAll(owner: registrationID)
+        agentRegistrations.removeAll(owner: registrationID)
     }
 
     /// Caching on or off for both caches (off while the cache signal is lost).

@@ -1,3 +1,4 @@
+package import Foundation
 import Synchronization
 
 /// Hits and misses of a per-instance cache.
@@ -16,8 +17,42 @@ public protocol CacheStatisticsSource: Sendable {
 /// While the signal is lost the cache is suspended: it holds and serves nothing, so no
 /// instance acts on a view it cannot hear about. `lifetime` is only a safety net.
 package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: CacheStatisticsSource {
+    /// The keys one owner (a registration) has in the cache: almost always one.
+    private enum Owned {
+        case one(Key)
+        case many([Key])
+
+        var keys: [Key] {
+            switch self {
+            case .one(let key): [key]
+            case .many(let keys): keys
+            }
+        }
+
+        func adding(_ key: Key) -> Owned {
+            switch self {
+            case .one(let existing): existing == key ? self : .many([existing, key])
+            case .many(let keys): keys.contains(key) ? self : .many(keys + [key])
+            }
+        }
+
+        /// Nil when nothing is left.
+        func removing(_ key: Key) -> Owned? {
+            switch self {
+            case .one(let existing): return existing == key ? nil : self
+            case .many(let keys):
+                let left = keys.filter { $0 != key }
+                return left.count == 1 ? .one(left[0]) : left.isEmpty ? nil : .many(left)
+            }
+        }
+    }
+
     private struct State {
         package var entries: [Key: (value: Value, until: ContinuousClock.Instant)] = [:]
+        /// The keys of each owner (with `owner`): a registration's entries go without a scan.
+        var owned: [UUID: Owned] = [:]
+        /// The count at each owner's last removal (as `removedAt`), bounded by `capacity`.
+        var ownerRemovedAt: [UUID: UInt64] = [:]
         /// Until the signal is up, nothing is cached.
         package var enabled = false
         /// Removals so far, counted: a value read before the removal of its key is never
@@ -38,6 +73,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             removals &+= 1
             bulkRemoval = removals
             removedAt.removeAll(keepingCapacity: true)
+            ownerRemovedAt.removeAll(keepingCapacity: true)
         }
     }
 
@@ -51,10 +87,32 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     private let lifetime: Duration
     private let capacity: Int
 
-    package init(lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false) {
+    /// Whose an entry is (a registration): `removeAll(owner:)` then finds its keys without a scan.
+    private let owner: (@Sendable (Value) -> UUID?)?
+
+    package init(
+        lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false, owner: (@Sendable (Value) -> UUID?)? = nil
+    ) {
         self.lifetime = lifetime
         self.capacity = capacity
+        self.owner = owner
         state.withLock { $0.enabled = enabled }
+    }
+
+    /// Drops `key`'s entry and its place in the owner index.
+    private func drop(_ key: Key, from state: inout State) {
+        guard let entry = state.entries.removeValue(forKey: key), let owner, let id = owner(entry.value) else { return }
+        state.owned[id] = state.owned[id]?.removing(key)
+    }
+
+    /// The owner index again from the entries (after a pass that removed many).
+    private func reindex(_ state: inout State) {
+        guard let owner else { return }
+        state.owned.removeAll(keepingCapacity: true)
+        for (key, entry) in state.entries {
+            guard let id = owner(entry.value) else { continue }
+            state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key)
+        }
     }
 
     package func value(for key: Key) -> Value? {
@@ -62,7 +120,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         let found = state.withLock { state -> Value? in
             guard state.enabled, let entry = state.entries[key] else { return nil }
             guard entry.until > now else {
-                state.entries[key] = nil
+                drop(key, from: &state)
                 return nil
             }
             return entry.value
@@ -79,21 +137,44 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     /// Stores `value`, read after `mark` was taken, unless its key (or everything) was removed since.
     package func set(_ value: Value, for key: Key, readSince mark: UInt64) {
         let until = ContinuousClock.now + lifetime
+        let id = owner?(value)
         state.withLock { state in
-            guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark else { return }
-            if state.entries.count >= capacity {
+            guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark,
+                id.map({ state.ownerRemovedAt[$0, default: 0] <= mark }) ?? true
+            else { return }
+            if state.entries[key] == nil, state.entries.count >= capacity {
+                // Full: the expired go first; if that is not an eighth, an eighth goes (the
+                // dictionary's order, as good as random). Never all at once: a cache emptied
+                // at its bound would send every caller to the database in the same moment.
                 let now = ContinuousClock.now
                 state.entries = state.entries.filter { $0.value.until > now }
-                if state.entries.count >= capacity { state.entries.removeAll(keepingCapacity: true) }
+                if state.entries.count > capacity - capacity / 8 {
+                    let excess = state.entries.count - (capacity - capacity / 8)
+                    for key in Array(state.entries.keys.prefix(excess)) { state.entries[key] = nil }
+                }
+                reindex(&state)
             }
+            drop(key, from: &state)
             state.entries[key] = (value, until)
+            if let id { state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key) }
         }
     }
 
     package func remove(_ key: Key) {
         state.withLock { state in
             state.removed(key, capacity: capacity)
-            state.entries.removeValue(forKey: key)
+            drop(key, from: &state)
+        }
+    }
+
+    /// Every entry of `id` (needs `owner`), without a scan; a value of its read before this is
+    /// never stored after it, whatever its key.
+    package func removeAll(owner id: UUID) {
+        state.withLock { state in
+            state.removals &+= 1
+            state.ownerRemovedAt[id] = state.removals
+            if state.ownerRemovedAt.count > capacity { state.removedInBulk() }
+            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { state.entries[key] = nil }
         }
     }
 
@@ -101,6 +182,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         state.withLock { state in
             state.removedInBulk()
             state.entries = state.entries.filter { !matches($0.key, $0.value.value) }
+            reindex(&state)
         }
     }
 
@@ -108,6 +190,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         state.withLock { state in
             state.removedInBulk()
             state.entries.removeAll()
+            state.owned.removeAll()
         }
     }
 
@@ -116,7 +199,10 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         state.withLock { state in
             state.enabled = enabled
             state.removedInBulk()
-            if !enabled { state.entries.removeAll() }
+            if !enabled {
+                state.entries.removeAll()
+                state.owned.removeAll()
+            }
         }
     }
 }
