@@ -13,13 +13,13 @@ import ServiceLifecycle
 /// the token lease single-flights each refresh across instances, and another instance's fresh
 /// token is taken as it is. At most `perDestination` refreshes per destination and `perServer`
 /// per authorization server (destinations that share a token endpoint share it) per look, each
-/// also under the token-endpoint budget every refresh obeys, eight at a time. Failures are the broker's as on
+/// also under the token-endpoint budget every refresh obeys, as many at a time as `RefreshPace`
+/// allows (eight at first; more while the server answers as fast, fewer when it slows down or
+/// throttles, or while requests wait for a database connection). Failures are the broker's as on
 /// the request path (audited, backed off); nothing here retries on its own.
 package struct RefreshAhead: Service {
     /// The grants whose registration tokens carry a refresh token worth renewing ahead.
     package static let grants: [OAuth2Settings.Grant] = [.authorizationCode, .password]
-    /// Refreshes of one look in flight at once.
-    package static let concurrency = 8
 
     package let tokens: any TokenRepository
     package let broker: OAuth2Broker
@@ -33,6 +33,8 @@ package struct RefreshAhead: Service {
     package let logger: Logger
     /// The cluster the budgets hold for: each instance takes its part of each per look.
     package var share: ClusterShare? = nil
+    /// How many refreshes run at once (kept from look to look).
+    package let pace: RefreshPace
 
     package func run() async throws {
         // A service that ends stops the whole server (the group's rule): with nothing to do, wait.
@@ -75,17 +77,21 @@ package struct RefreshAhead: Service {
             startedAtServer[server, default: 0] += 1
             chosen.append((key, token, endpoint))
         }
-        // A few at a time: each refresh waits mostly on the network and the database.
+        // As many at a time as the pace allows: each refresh waits mostly on the network and the database.
+        let clock = ContinuousClock()
         await withTaskGroup(of: Void.self) { group in
             var pending = chosen.makeIterator()
             var running = 0
             while true {
-                while running < Self.concurrency, let (key, token, endpoint) = pending.next() {
+                while running < pace.limit, let (key, token, endpoint) = pending.next() {
                     running += 1
                     group.addTask {
+                        let began = clock.now
                         do {
                             _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true)
+                            pace.finished(.answered(latency: clock.now - began))
                         } catch {
+                            pace.finished(Self.pacing(error, latency: clock.now - began))
                             logger.debug(
                                 "a refresh ahead of need failed", metadata: ["destination": .string(key.destination), "error": "\(error)"])
                         }
@@ -96,11 +102,21 @@ package struct RefreshAhead: Service {
             }
         }
         let count = started.values.reduce(0, +)
-        if count > 0 { logger.info("tokens refreshed ahead of need", metadata: ["tokens": "\(count)"]) }
+        if count > 0 { logger.info("tokens refreshed ahead of need", metadata: ["tokens": "\(count)", "pace": "\(pace.limit)"]) }
         return count
     }
 
-    package init(tokens: any TokenRepository, broker: OAuth2Broker, configurator: DestinationConfigurator, destinations: [String: Destination], lead: Duration, interval: Duration, perDestination: Int, perServer: Int = 100, clock: any WallClock, logger: Logger, share: ClusterShare? = nil) {
+    /// A failed refresh: a sign of load (throttled, unavailable, held by Parley's own budget or
+    /// back-off) slows the pace; a refusal says nothing of load, only how long it took.
+    static func pacing(_ error: any Error, latency: Duration) -> RefreshPace.Outcome {
+        guard let error = error as? OAuth2Error else { return .throttled }
+        switch error.code {
+        case .temporarilyUnavailable, .rateLimited: return .throttled
+        case .refused, .invalidResponse, .identityTokenExpired: return .answered(latency: latency)
+        }
+    }
+
+    package init(tokens: any TokenRepository, broker: OAuth2Broker, configurator: DestinationConfigurator, destinations: [String: Destination], lead: Duration, interval: Duration, perDestination: Int, perServer: Int = 100, clock: any WallClock, logger: Logger, share: ClusterShare? = nil, pace: RefreshPace = RefreshPace()) {
         self.tokens = tokens
         self.broker = broker
         self.configurator = configurator
@@ -112,5 +128,6 @@ package struct RefreshAhead: Service {
         self.clock = clock
         self.logger = logger
         self.share = share
+        self.pace = pace
     }
 }

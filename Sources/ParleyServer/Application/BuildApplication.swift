@@ -207,7 +207,8 @@ func compose(
         tokens: d.tokens, broker: rooms.broker, configurator: rooms.configurator, destinations: configuration.destinations,
         lead: configuration.housekeeping.refreshAhead, interval: configuration.housekeeping.refreshAheadInterval,
         perDestination: configuration.housekeeping.refreshAheadPerDestination, perServer: configuration.housekeeping.refreshAheadPerServer,
-        clock: d.clock, logger: logger, share: cluster)
+        clock: d.clock, logger: logger, share: cluster,
+        pace: RefreshPace(pressed: { [statistics = d.storeStatistics] in (statistics?().waiting ?? 0) > 0 }))
     var services: [any Service] = [cluster, rooms.invalidation, housekeeping, refreshAhead]
     if let events = d.events {
         services.append(
