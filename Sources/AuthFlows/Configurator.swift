@@ -1,6 +1,7 @@
 public import Conversation
 public import ParleyCrypto
 public import Logging
+import Synchronization
 
 /// What a registration brings to its manager: its id, APPCID, and secrets opened from the store.
 public struct RegistrationMaterial: Sendable {
@@ -60,6 +61,14 @@ public struct DestinationConfigurator: Sendable {
     public let observers: [any ConversationObserver]
     public let oauth2: OAuth2Broker?
     public let logger: Logger
+    /// What every manager of one destination shares: its token-endpoint client and its logger.
+    private let shared = PerDestination()
+
+    /// Built once per destination (by name) and kept, so that a registration's manager holds references.
+    private final class PerDestination: Sendable {
+        let endpoints = Mutex<[String: TokenEndpointClient]>([:])
+        let loggers = Mutex<[String: Logger]>([:])
+    }
 
     public init(
         transport: any Transport, cookieRecords: any CookieRecords, csrfTokens: CSRFTokenCache, clock: any WallClock,
@@ -77,9 +86,12 @@ public struct DestinationConfigurator: Sendable {
     /// The token-endpoint client for a destination with an OAuth2 block.
     public func tokenEndpoint(for destination: Destination) -> TokenEndpointClient? {
         guard let settings = destination.oauth2 else { return nil }
-        return TokenEndpointClient(
+        if let known = shared.endpoints.withLock({ $0[destination.name] }), known.settings == settings { return known }
+        let endpoint = TokenEndpointClient(
             settings: settings, transport: transport, tls: tlsOptions(for: destination, registration: RegistrationMaterial(registrationID: "")),
             clock: clock)
+        shared.endpoints.withLock { $0[destination.name] = endpoint }
+        return endpoint
     }
 
     /// Who the manager talks for. A browser on Parley's hosted upstream answers SAML2
@@ -138,8 +150,13 @@ public struct DestinationConfigurator: Sendable {
         }
         if let saml2 = destination.saml2 { responseFilters.append(SAML2ChallengeFilter(settings: saml2)) }
         if let otp = destination.otp { responseFilters.append(OTPChallengeFilter(settings: otp)) }
-        var logger = logger
-        logger[metadataKey: "destination"] = .string(destination.name)
+        let logger = shared.loggers.withLock { loggers in
+            if let known = loggers[destination.name] { return known }
+            var logger = self.logger
+            logger[metadataKey: "destination"] = .string(destination.name)
+            loggers[destination.name] = logger
+            return logger
+        }
         return ConversationManager(
             transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
             responseFilters: responseFilters, observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)

@@ -184,7 +184,7 @@ public final class OAuth2Broker: Sendable {
                 // A whole answer, from something that is not a token endpoint at work (a proxy's or
                 // a maintenance page, a WAF): the refresh token did not reach a grant; it is kept.
                 throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "malformed", OAuth2Error(.invalidResponse, detail: reason))
-            case .uncertain:
+            case .uncertain(_, let reason):
                 // The server may have rotated the refresh token and its answer is lost (a timeout, a
                 // gateway's 504, a body that broke off): taken as spent and never sent again; as
                 // after `invalid_grant`, the grant comes next (a new family).
@@ -193,7 +193,7 @@ public final class OAuth2Broker: Sendable {
                 await events?.record(.refreshFailed, key: key, grant: settings.grant, detail: "outcome_unknown")
                 logger.warning(
                     "a refresh's answer was lost; its refresh token is taken as spent",
-                    metadata: ["destination": .string(key.destination)])
+                    metadata: ["destination": .string(key.destination), "reason": .string(reason)])
             case .transient(let retryAfter):
                 throw await refreshFailed(key, grant: settings.grant, ahead: ahead, detail: "unavailable", OAuth2Error(
                     .temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
@@ -249,7 +249,7 @@ public final class OAuth2Broker: Sendable {
             throw OAuth2Error(.refused, detail: "the authorization server refused the \(settings.grant.rawValue) grant (\(error))")
         case .malformed(let reason):
             throw backOff(key, OAuth2Error(.invalidResponse, detail: reason))
-        case .transient(let retryAfter), .uncertain(let retryAfter):
+        case .transient(let retryAfter), .uncertain(let retryAfter, _):
             throw backOff(key, OAuth2Error(.temporarilyUnavailable, retryAfter: retryAfter, detail: "the authorization server is unavailable"))
         }
     }

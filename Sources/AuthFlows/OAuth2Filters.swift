@@ -15,7 +15,9 @@ extension Conversation {
 }
 
 /// Everything the OAuth2 filters of one registration share.
-public struct OAuth2Participant: Sendable {
+/// A class: the request and response filters of one manager share it (one allocation per
+/// registration, where a struct was copied into a box for each).
+public final class OAuth2Participant: Sendable {
     public let broker: OAuth2Broker
     public let endpoint: TokenEndpointClient
     public let registrationID: String

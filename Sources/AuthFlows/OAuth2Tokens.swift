@@ -98,7 +98,8 @@ public struct OAuth2Error: Error, Sendable, CustomStringConvertible {
 /// Talks to one authorization server's token and revocation endpoints (RFC 6749 §4, RFC 7009)
 /// over the same transport as everything else. Form bodies, client authentication
 /// by `client_secret_basic` or `client_secret_post`; public clients send only `client_id`.
-public struct TokenEndpointClient: Sendable {
+/// A class: one per destination, shared by the conversation managers of all its registrations.
+public final class TokenEndpointClient: Sendable {
     public let settings: OAuth2Settings
     public let transport: any Transport
     public let tls: TLSOptions
@@ -135,9 +136,11 @@ public struct TokenEndpointClient: Sendable {
             return .malformed(reason: "the token endpoint's answer is not usable HTTP")
         } catch let error as TransportError where !error.mayHaveReachedPeer {
             return .transient(retryAfter: nil)
+        } catch let error as TransportError {
+            // Sent, perhaps acted on, and the answer lost (a timeout, a reset).
+            return .uncertain(retryAfter: nil, reason: error.description)
         } catch {
-            // Sent, perhaps acted on, and the answer lost (a timeout, a reset, the caller gone).
-            return .uncertain(retryAfter: nil)
+            return .uncertain(retryAfter: nil, reason: "the call ended before an answer (\(type(of: error)))")
         }
         let bytes: [UInt8]
         do {
@@ -146,7 +149,7 @@ public struct TokenEndpointClient: Sendable {
             return .malformed(reason: "the token endpoint's answer is larger than Parley accepts")
         } catch {
             // The head came: the server has acted on the request, and its body broke off.
-            return .uncertain(retryAfter: nil)
+            return .uncertain(retryAfter: nil, reason: "the token endpoint's answer broke off after HTTP \(response.status) (\(error))")
         }
         return TokenResponse.parse(
             status: response.status, retryAfter: response.headers["Retry-After"], body: bytes, now: clock.now,

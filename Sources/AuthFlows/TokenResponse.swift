@@ -20,7 +20,7 @@ public enum TokenEndpointOutcome: Sendable, Equatable {
     /// lost: a timeout or a broken connection after sending, a broken body after the head, another
     /// 5xx (a gateway's 502 or 504 says nothing of what the server behind it did). A refresh token
     /// it carried must be taken as spent; otherwise like `transient`.
-    case uncertain(retryAfter: Duration?)
+    case uncertain(retryAfter: Duration?, reason: String)
 }
 
 public enum TokenResponse {
@@ -40,7 +40,7 @@ public enum TokenResponse {
         case 429, 503:
             return .transient(retryAfter: Self.retryAfter(retryAfter))
         case 500...599:
-            return .uncertain(retryAfter: Self.retryAfter(retryAfter))
+            return .uncertain(retryAfter: Self.retryAfter(retryAfter), reason: "the token endpoint answered HTTP \(status)")
         case 400...499:
             guard let wire = try? JSONDecoder().decode(WireError.self, from: Data(body)), let raw = wire.error else {
                 return .malformed(reason: "the token endpoint answered HTTP \(status) without an OAuth2 error")

@@ -105,7 +105,7 @@ enum Targets {
             }
             let lifetime = expiry.timeIntervalSince(now)
             if !(lifetime >= 1 && lifetime <= Double(TokenResponse.maxLifetimeSeconds)) { broken.append("a token lifetime of \(lifetime) s") }
-        case .transient(let retryAfter), .uncertain(let retryAfter):
+        case .transient(let retryAfter), .uncertain(let retryAfter, _):
             if let retryAfter, retryAfter < .zero || retryAfter > .seconds(3600) { broken.append("a Retry-After of \(retryAfter)") }
         case .refused(let error):
             if error.isEmpty || error.utf8.count > 64 + 8 || error.utf8.contains(where: { $0 < 0x20 || $0 >= 0x7F }) {

@@ -196,7 +196,7 @@ import Testing
         // Only 429 and 503 say the request was not taken; any other 5xx (a gateway's 502 or 504
         // included) leaves open whether the server acted on it.
         for status in [500, 502, 504, 599] {
-            #expect(Self.parse("<html>Gateway Time-out</html>", status: status) == .uncertain(retryAfter: nil), "\(status)")
+            #expect(Self.parse("<html>Gateway Time-out</html>", status: status) == .uncertain(retryAfter: nil, reason: "the token endpoint answered HTTP \(status)"), "\(status)")
         }
         #expect(Self.isMalformed(Self.parse("", status: 302)))
         #expect(Self.isMalformed(Self.parse("", status: 201)))

@@ -1,6 +1,6 @@
 package import AuthFlows
 package import Conversation
-import Foundation
+package import Foundation
 
 /// What a registration's proxied conversations count, watched from the conversation itself
 /// rather than from a controller: final answers and errors by destination, the upstream's
@@ -8,11 +8,52 @@ import Foundation
 /// requests (a CSRF token fetch) belong to the conversation that needed them and are not
 /// counted on their own.
 package struct ConversationAccounting: ConversationObserver {
-    package let registration: RegistrationRecord
-    package let destination: Destination
-    package let limits: any LoginLimiter
-    package let metrics: Metrics
-    package let errorNames: ErrorNames
+    /// What the registrations of one destination share (one per destination and kind of
+    /// registration), so that a registration's observer is a reference and its id: it lives as
+    /// long as the registration's manager, 100,000 of them on a busy instance.
+    package final class Shared: Sendable {
+        let destination: String
+        /// A `401` counts as a failed login: Basic with credentials Parley holds.
+        let countsUnauthorized: Bool
+        let limits: any LoginLimiter
+        let metrics: Metrics
+        let errorNames: ErrorNames
+
+        init(destination: String, countsUnauthorized: Bool, limits: any LoginLimiter, metrics: Metrics, errorNames: ErrorNames) {
+            self.destination = destination
+            self.countsUnauthorized = countsUnauthorized
+            self.limits = limits
+            self.metrics = metrics
+            self.errorNames = errorNames
+        }
+    }
+
+    /// Builds the observers of each destination's registrations once.
+    package struct Factory: Sendable {
+        private let shared: [String: (holding: Shared, other: Shared)]
+
+        package init(destinations: [String: Destination], limits: any LoginLimiter, metrics: Metrics, errorNames: ErrorNames) {
+            shared = destinations.mapValues { destination in
+                (
+                    holding: Shared(
+                        destination: destination.name, countsUnauthorized: destination.basic != nil, limits: limits, metrics: metrics,
+                        errorNames: errorNames),
+                    other: Shared(
+                        destination: destination.name, countsUnauthorized: destination.basic != nil && destination.oauth2?.grant == .password,
+                        limits: limits, metrics: metrics, errorNames: errorNames)
+                )
+            }
+        }
+
+        package func observer(for registration: RegistrationRecord, of destination: Destination) -> [any ConversationObserver] {
+            guard let pair = shared[destination.name] else { return [] }
+            let holds = registration.credentialsSealed != nil
+            return [ConversationAccounting(shared: holds ? pair.holding : pair.other, registrationID: registration.id)]
+        }
+    }
+
+    package let shared: Shared
+    package let registrationID: UUID
 
     private enum Started: ConversationContextKey { typealias Value = ContinuousClock.Instant }
 
@@ -22,29 +63,26 @@ package struct ConversationAccounting: ConversationObserver {
         case .sending(_, _, let attempt) where attempt == 0:
             conversation[Started.self] = .now
         case .finished(let status?):
-            if status == 401 && destination.basic != nil && destination.checksHeldCredentials(registration) {
-                limits.recordFailedLogin(LoginAttempt(registration: registration.id))
+            if status == 401 && shared.countsUnauthorized {
+                shared.limits.recordFailedLogin(LoginAttempt(registration: registrationID))
             }
-            metrics.increment(.upstreamResponses, [("destination", destination.name), ("status", Metrics.statusClass(status))])
-            if let started = conversation[Started.self] { metrics.observeUpstream(destination: destination.name, duration: .now - started) }
+            shared.metrics.increment(.upstreamResponses, [("destination", shared.destination), ("status", Metrics.statusClass(status))])
+            if let started = conversation[Started.self] { shared.metrics.observeUpstream(destination: shared.destination, duration: .now - started) }
         case .failed(let error):
             // A problem a filter raised on purpose (interaction, refusal) is an answer, not an upstream error.
-            if errorNames.isAnswer(error) { return }
+            if shared.errorNames.isAnswer(error) { return }
             if let refused = error as? OAuth2Error, refused.code == .refused {
-                limits.recordFailedLogin(LoginAttempt(registration: registration.id))
+                shared.limits.recordFailedLogin(LoginAttempt(registration: registrationID))
             }
-            metrics.increment(.upstreamErrors, [("destination", destination.name), ("kind", errorNames.code(error))])
+            shared.metrics.increment(.upstreamErrors, [("destination", shared.destination), ("kind", shared.errorNames.code(error))])
         default:
             break
         }
     }
 
-    package init(registration: RegistrationRecord, destination: Destination, limits: any LoginLimiter, metrics: Metrics, errorNames: ErrorNames) {
-        self.registration = registration
-        self.destination = destination
-        self.limits = limits
-        self.metrics = metrics
-        self.errorNames = errorNames
+    package init(shared: Shared, registrationID: UUID) {
+        self.shared = shared
+        self.registrationID = registrationID
     }
 }
 

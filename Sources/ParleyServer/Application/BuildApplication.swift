@@ -74,11 +74,9 @@ func composeDomain(
         managers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock),
         browserManagers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) }, staging: staging,
-        accounting: { registration, destination in
-            [
-                ConversationAccounting(
-                    registration: registration, destination: destination, limits: limits, metrics: metrics, errorNames: .contract)
-            ]
+        accounting: { [accounting = ConversationAccounting.Factory(
+            destinations: configuration.destinations, limits: limits, metrics: metrics, errorNames: .contract)] registration, destination in
+            accounting.observer(for: registration, of: destination)
         })
     let invalidation = CacheInvalidation(news: news, conversations: conversations)
     let registrar = SMPRegistrar(conversations: conversations, errorNames: .contract)
