@@ -25,7 +25,12 @@
 #      bench: they pass through, kept nowhere), and an upload that Parley spools for a replay
 #      (bench-jar, Basic) with the speed of its spool (parley_spool_write_seconds on /metrics);
 #   3. Parley's cold start to ready and its idle resident memory;
-#   4. the scripts in scripts/bench/ (revocation propagation, refresh storm, refresh ahead, scale).
+#   4. the scripts in scripts/bench/ (revocation propagation, refresh storm, refresh ahead, scale,
+#      the broker's operations per vCPU, and what a registration costs: a cold one's first call,
+#      a warm call's statements, the memory of an active one).
+# The proxied GET's targets are ratios to the floor measured in the same run (Hummingbird +
+# CurlTransport, and NIO + CurlTransport for one connection); nginx and HAProxy are reported as
+# the limit, without a verdict (docs/decisions.md says why).
 # Exits 0 when everything ran (a missed target is a finding, not a failure);
 # non-zero when something could not run or answered with errors.
 #
@@ -42,7 +47,7 @@
 #                                                                     against the current simulator); when set,
 #                                                                     only the simulator and server-floor are built
 #   BENCH_INTERNALS=0                                                 skip the package-benchmark table (Benchmarks/)
-#   BENCH_EXTRAS ("propagation.py refresh_storm.py refresh_ahead.py scale.sh")
+#   BENCH_EXTRAS ("propagation.py refresh_storm.py refresh_ahead.py scale.sh broker_ops.py registration_costs.py")
 #                                                                     which scripts of scripts/bench/ run ("" for none)
 #   BENCH_PROFILE=1                                                   perf record Parley during the proxied run;
 #                                                                     the top frames are printed at the end
@@ -631,7 +636,11 @@ say "bench: the server floors (server-floor: NIO alone and Hummingbird, without 
 run_floor floor_nio nio
 run_floor floor_hb hummingbird
 run_floor floor_nio_curl nio "http://127.0.0.1:$sim_port/echo/bench"
-run_floor floor_hb_curl hummingbird "http://127.0.0.1:$sim_port/echo/bench"
+# The Hummingbird + CurlTransport floor is what Parley's proxied GET is measured against: two
+# rounds, the better taken, as for Parley itself.
+run_floor floor_hb_curl_r1 hummingbird "http://127.0.0.1:$sim_port/echo/bench"
+run_floor floor_hb_curl_r2 hummingbird "http://127.0.0.1:$sim_port/echo/bench"
+best_of floor_hb_curl p50 p90 p99 err
 run_floor floor_nio_loopcurl nio "http://127.0.0.1:$sim_port/echo/bench" loop
 floor_runs=(floor_nio floor_hb floor_nio_curl floor_hb_curl floor_nio_loopcurl)
 # Latency without queueing: one connection, one request at a time. Under the saturating
@@ -804,8 +813,8 @@ unset token token_cc token_jar
 # Own instances and registrations (scripts/bench/*); scale last, since it leaves 1,000,000 rows.
 extra_env=(BIN="$tmp/bin" DATABASE_URL="$database_url" SIM_PORT="$sim_port" KEYS="$keys" TMP="$tmp"
   PSQL="$PSQL")
-# BENCH_EXTRAS: which of scripts/bench/ run (all four by default; "" for none).
-extras="${BENCH_EXTRAS-propagation.py refresh_storm.py refresh_ahead.py scale.sh}"
+# BENCH_EXTRAS: which of scripts/bench/ run (all six by default; "" for none).
+extras="${BENCH_EXTRAS-propagation.py refresh_storm.py refresh_ahead.py scale.sh broker_ops.py registration_costs.py}"
 for extra in $extras; do
   say "bench: scripts/bench/$extra" >&2
   env "${extra_env[@]}" "scripts/bench/$extra" >"$tmp/extra-$extra.txt" 2>"$tmp/extra-$extra.log" \
@@ -1028,12 +1037,24 @@ say "  Parley's spool took the body at ${sp_spool_runs[*]} MiB/s in the three up
 say ""
 for extra in $extras; do grep -v '^RESULT' "$tmp/extra-$extra.txt" || true; say ""; done
 say ""
-say "RESULT throughput parley/nginx = $tp_parley_nginx (target >= 0.8: $(verdict "$(awk -v r="$tp_parley_nginx" 'BEGIN{print (r >= 0.8)}')"))"
+# Parley against its own floor, in the same run: the same GET served by Hummingbird and fetched
+# through CurlTransport with none of Parley's code (server-floor), and for one connection NIO
+# with CurlTransport. These targets hold on any machine; nginx and HAProxy are the limit, reported.
+above_floor() { awk -v a="$1" -v b="$2" 'BEGIN { if (b <= 0.005) print "n/a"; else printf "%.2f", a / b }'; }
+tp_parley_floor="$(ratio "$rps_parley" "$rps_floor_hb_curl")"
+cpu_parley_floor="$(ratio "$(cpu_us parley parley)" "$(cpu_us parley floor_hb_curl)")"
+add_p99_floor="$(diff_ms "$p99_floor_hb_curl" "$p99_direct")" add_p50_floor1="$(diff_ms "$p50_floor_nio_curl1" "$p50_direct1")"
+p99_parley_floor="$(above_floor "$add_p99_parley" "$add_p99_floor")" p50_parley_floor="$(above_floor "$add_p50_parley1" "$add_p50_floor1")"
+say "RESULT throughput parley/floor = $tp_parley_floor (target >= 0.9 of Hummingbird + CurlTransport's: $(verdict "$(awk -v r="$tp_parley_floor" 'BEGIN{print (r >= 0.9)}')")); $rps_parley vs $rps_floor_hb_curl requests/s"
+say "RESULT CPU per proxied request parley/floor = $cpu_parley_floor (target <= 1.15: $(verdict "$(awk -v r="$cpu_parley_floor" 'BEGIN{print (r <= 1.15)}')")); Parley $(cpu_us parley parley) us, Hummingbird + CurlTransport $(cpu_us parley floor_hb_curl) us"
+say "RESULT added p99 under load parley/floor = $p99_parley_floor (target <= 1.2: $(verdict "$(awk -v r="$p99_parley_floor" 'BEGIN{print (r != "n/a" && r <= 1.2)}')")); over direct: Parley $add_p99_parley ms, Hummingbird + CurlTransport $add_p99_floor ms"
+say "RESULT added p50 at 1 connection parley/NIO floor = $p50_parley_floor (target <= 1.2: $(verdict "$(awk -v r="$p50_parley_floor" 'BEGIN{print (r != "n/a" && r <= 1.2)}')")); over direct: Parley $add_p50_parley1 ms, NIO + CurlTransport $add_p50_floor1 ms"
+say "RESULT throughput parley/nginx = $tp_parley_nginx (reported: nginx is the limit, not a target)"
 say "RESULT throughput parley/haproxy = $tp_parley_haproxy (haproxy/nginx = $tp_haproxy_nginx)"
 say "RESULT throughput parley/direct = $tp_parley_direct (nginx/direct = $tp_nginx_direct, haproxy/direct = $tp_haproxy_direct)"
 say "RESULT load generators: parley/nginx wrk $tp_parley_nginx, h2load $h2_parley_nginx ($gen_gap_pct % apart: $gen_verdict); parley/haproxy wrk $tp_parley_haproxy, h2load $h2_parley_haproxy"
-say "RESULT added p99 under load parley - direct = $add_p99_parley ms (target <= 1 ms: $(verdict "$(awk -v d="$add_p99_parley" 'BEGIN{print (d <= 1)}')")); nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
-say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (target <= 3: $(verdict "$(awk -v r="$cpu_parley_over_nginx" 'BEGIN{print (r <= 3)}')")); Parley $(cpu_us parley parley) us, nginx $(cpu_us nginx nginx) us, HAProxy $(cpu_us haproxy haproxy) us"
+say "RESULT added p99 under load parley - direct = $add_p99_parley ms (reported); nginx - direct = $add_p99_nginx ms, haproxy - direct = $add_p99_haproxy ms"
+say "RESULT CPU per proxied request parley/nginx = $cpu_parley_over_nginx (reported); Parley $(cpu_us parley parley) us, nginx $(cpu_us nginx nginx) us, HAProxy $(cpu_us haproxy haproxy) us"
 # The floor under the CPU target: what the same HTTP server, router and middleware cost for an
 # answer that does nothing (/healthz), against nginx's whole proxied request. A Hummingbird
 # application of its own (the simulator answering /echo) is the second view of the same floor.
@@ -1046,7 +1067,7 @@ us_floor_nio="$(cpu_us parley floor_nio)" us_floor_hb="$(cpu_us parley floor_hb)
 us_floor_nio_curl="$(cpu_us parley floor_nio_curl)" us_floor_hb_curl="$(cpu_us parley floor_hb_curl)" us_floor_loopcurl="$(cpu_us parley floor_nio_loopcurl)"
 say "RESULT server floors (server-floor, nothing but the answer): a fixed answer costs $us_floor_nio us of CPU on NIO alone, $us_floor_hb us on Hummingbird; the simulator's answer through CurlTransport $us_floor_nio_curl us on NIO alone = $(ratio "$us_floor_nio_curl" "$us_nginx") of nginx's whole proxied request, $us_floor_hb_curl us on Hummingbird = $(ratio "$us_floor_hb_curl" "$us_nginx") (the CPU target: 3); Parley's proxied request takes $(awk -v p="$us_parley" -v f="$us_floor_hb_curl" 'BEGIN { printf "%.1f", p - f }') us more than the Hummingbird floor, of which Hummingbird itself accounts for $(awk -v h="$us_floor_hb_curl" -v n="$us_floor_nio_curl" 'BEGIN { printf "%.1f", h - n }') us; libcurl driven on the loop instead of CurlTransport's thread, on NIO: $us_floor_loopcurl us ($(ratio "$us_floor_loopcurl" "$us_floor_nio_curl") of CurlTransport's; the simulator behind it $(cpu_us sim floor_nio_loopcurl) against $(cpu_us sim floor_nio_curl) us per answer)"
 say "RESULT system calls per request (context switches), first round: Parley $(per_request_events parley_r1 proxy raw_syscalls:sys_enter) ($(per_request_events parley_r1 proxy context-switches)), nginx $(per_request_events nginx_r1 proxy raw_syscalls:sys_enter) ($(per_request_events nginx_r1 proxy context-switches)), HAProxy $(per_request_events haproxy_r1 proxy raw_syscalls:sys_enter) ($(per_request_events haproxy_r1 proxy context-switches)); the simulator behind each: direct $(per_request_events direct_r1 sim raw_syscalls:sys_enter), under nginx $(per_request_events nginx_r1 sim raw_syscalls:sys_enter), under Parley $(per_request_events parley_r1 sim raw_syscalls:sys_enter)"
-say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (target <= 0.15 ms: $(verdict "$(awk -v d="$add_p50_parley1" 'BEGIN{print (d <= 0.15)}')")); p99 $add_p99_parley1 ms"
+say "RESULT added p50 at 1 connection parley - direct = $add_p50_parley1 ms (reported); p99 $add_p99_parley1 ms"
 # The four headline targets applied to the proxying floors, which run none of Parley's code: a
 # target a floor misses is out of reach of any change inside Parley on this machine and this run.
 floor_against_targets() { # LABEL LOAD_RUN ONE_CONNECTION_RUN

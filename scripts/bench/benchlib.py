@@ -5,6 +5,7 @@ BIN, DATABASE_URL, PSQL, SIM_PORT, KEYS, TMP. They start the Parley instances th
 themselves and stop them on exit, also on SIGTERM/SIGINT/SIGHUP.
 """
 
+import asyncio
 import http.client
 import json
 import os
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 
 _NAME = os.path.basename(sys.argv[0])
 
@@ -218,3 +220,126 @@ def percentile(sorted_values, fraction):
 
 def verdict(ok):
     return "met" if ok else "MISSED"
+
+
+# ---------------------------------------------------------------- CPU accounting
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """utime+stime of process `pid` (all its threads) in seconds; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+# ---------------------------------------------------------------- HTTP (asyncio, kept alive)
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def header(self, name):
+        return next((v for n, v in self.headers if n == name), None)
+
+    def all(self, name):
+        return [v for n, v in self.headers if n == name]
+
+    @property
+    def text(self):
+        return self.body.decode(errors="replace")
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            die(f"an answer that is not JSON: {self.status} {self.body[:300]!r}")
+
+
+class Client:
+    """One kept-alive HTTP/1.1 connection to 127.0.0.1:port (reopened when the server closes it)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def call(self, method, path, token=None, body=None, form=None, headers=()):
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+        if token:
+            head += f"Authorization: Bearer {token}\r\n"
+        payload = b""
+        if body is not None:
+            payload = json.dumps(body).encode()
+            head += "Content-Type: application/json\r\n"
+        elif form is not None:
+            payload = urllib.parse.urlencode(form).encode()
+            head += "Content-Type: application/x-www-form-urlencoded\r\n"
+        if payload or method in ("POST", "PUT", "PATCH"):
+            head += f"Content-Length: {len(payload)}\r\n"
+        for name, value in headers:
+            head += f"{name}: {value}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + payload)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        fields = []
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                fields.append((name.strip().lower(), value.strip()))
+        response = Response(status, fields, b"")
+        if method == "HEAD" or status in (204, 304):
+            data = b""
+        elif (response.header("transfer-encoding") or "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                data += chunk[:-2]
+        elif response.header("content-length") is not None:
+            data = await self.reader.readexactly(int(response.header("content-length")))
+        else:
+            data = await self.reader.read()
+            self.close()
+        response.body = data
+        if (response.header("connection") or "").lower() == "close":
+            self.close()
+        return response
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def each(port, items, workers, work):
+    """`await work(client, item)` for every item, `workers` at a time, each worker on a kept-alive
+    connection of its own; the results in the items' order."""
+    items = list(items)
+    results = [None] * len(items)
+    queue = iter(enumerate(items))
+
+    async def worker():
+        client = Client(port)
+        try:
+            for i, item in queue:
+                results[i] = await work(client, item)
+        finally:
+            client.close()
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(workers, len(items))))))
+    return results
+
+
+def expect(response, status, what):
+    if response.status != status:
+        die(f"{what} answered {response.status} (expected {status}): {response.body[:300]!r}")
+    return response

@@ -33,7 +33,8 @@ wait_http_200() {
 
 # ---------------------------------------------------------------- PostgreSQL
 # start_postgres DIR PORT — a throwaway cluster in DIR/postgres on 127.0.0.1:PORT (as root, run
-# as `postgres`: DIR is opened to it). Sets pg_bin, pg_data and as_pg, with which the caller's
+# as `postgres`: DIR is opened to it), with pg_stat_statements loaded (registration_costs.py
+# counts statements with it). Sets pg_bin, pg_data and as_pg, with which the caller's
 # clean-up stops it (`$as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m fast stop`).
 start_postgres() {
   local dir="$1" port="$2"
@@ -47,7 +48,8 @@ start_postgres() {
   fi
   $as_pg "$pg_bin/initdb" -D "$pg_data" -U parley -A trust >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb"; }
   $as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-    -o "-p $port -k $pg_data -c listen_addresses=127.0.0.1" start >/dev/null || die "PostgreSQL did not start"
+    -o "-p $port -k $pg_data -c listen_addresses=127.0.0.1 -c shared_preload_libraries=pg_stat_statements" start >/dev/null \
+    || die "PostgreSQL did not start"
 }
 
 # Fails with the name of every variable of the interface that is missing.

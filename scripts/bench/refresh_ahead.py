@@ -211,7 +211,7 @@ def run(env, sim_port, n, lead, per_look, rps, token_delay_ms):
     due_after = 90
     say(f"refresh ahead: {n} registrations of destination 'ahead' (password grant) seeded in {seeding:.1f} s; "
         f"then every token set to expire 150-210 s later (one minute); refresh ahead: lead {lead} s, "
-        f"a look every 1 s (+ up to 0.2 s) starting at most {per_look}, 8 at a time")
+        f"a look every 1 s (+ up to 0.2 s) starting at most {per_look}, paced (8 at once at first)")
     base = refresh_grants(sim_port)
     before = parley_refreshes(instance.port)
     marks = {}
@@ -230,7 +230,13 @@ def run(env, sim_port, n, lead, per_look, rps, token_delay_ms):
 
     results = asyncio.run(probe(instance.port, tokens, rps, stop))
     calls = refresh_grants(sim_port) - base
+    # The simulator counts a grant when it answers; Parley when it has stored the result: wait
+    # (10 s at most) for the refreshes still being stored.
+    settle = time.monotonic() + 10
     after = parley_refreshes(instance.port)
+    while sum(after[w] - before[w] for w in ("ahead", "request")) < calls and time.monotonic() < settle:
+        time.sleep(0.1)
+        after = parley_refreshes(instance.port)
     ahead = after["ahead"] - before["ahead"]
     waited = after["request"] - before["request"]
     first, last = marks.get("first"), marks.get("last")

@@ -3,7 +3,7 @@
 # upstream simulator (as scripts/bench.sh does), sets the environment they expect
 # (BIN, DATABASE_URL, PSQL, SIM_PORT, KEYS, TMP) and runs them one after the other.
 #
-#   scripts/bench/standalone.sh                      # scale.sh refresh_storm.py propagation.py
+#   scripts/bench/standalone.sh                      # scale.sh refresh_storm.py propagation.py (registration_costs.py, broker_ops.py, refresh_ahead.py: name them)
 #   scripts/bench/standalone.sh propagation.py       # just one
 #
 # Uses the release binaries in BIN, or in `swift build -c release --static-swift-stdlib --show-bin-path`
