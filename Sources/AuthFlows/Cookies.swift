@@ -313,7 +313,10 @@ public final class CookieJarIndex: Sendable {
     private let remembered = Mutex<[Key: String?]>([:])
 
     /// At most this many headers are remembered (hosts × path masks); beyond, the memory starts over.
-    static let maxRemembered = 256
+    static let maxRemembered = 16
+    /// About what the jar holds in memory, its remembered headers included: what a cache of
+    /// jars counts against its byte bound.
+    public let approximateBytes: Int
 
     private struct Key: Hashable {
         let host: String
@@ -326,6 +329,8 @@ public final class CookieJarIndex: Sendable {
         var seen = Set<String>()
         paths = cookies.map(\.path).filter { seen.insert($0).inserted }
         firstExpiry = cookies.compactMap(\.expiresAt).min()
+        let cookieBytes = cookies.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + $1.domain.utf8.count + $1.path.utf8.count + 96 }
+        approximateBytes = 256 + cookieBytes * 2
     }
 
     /// The index of a jar without cookies, shared: most registrations' jars are empty.

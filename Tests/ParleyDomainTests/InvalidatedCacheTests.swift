@@ -87,4 +87,21 @@ import ParleyDomain
         let kept = (0...800).filter { cache.value(for: $0) != nil }.count
         #expect(kept == 701, "700 of the 800, and the new one")
     }
+
+    /// Bounded by memory as well as count: what the entries weigh stays under `maxBytes` (an
+    /// eighth shed when a new one would pass it), and one entry over an eighth is not kept.
+    @Test func aCacheWithAWeightStaysUnderItsBytes() {
+        let cache = InvalidatedCache<Int, Int>(enabled: true, weight: { $0 }, maxBytes: 1000)
+        for key in 0..<10 { cache.set(100, for: key, readSince: cache.mark()) }
+        #expect(cache.bytes == 1000)
+        cache.set(100, for: 10, readSince: cache.mark())
+        #expect(cache.bytes == 800, "shed to seven eighths, then the new one")
+        #expect(cache.value(for: 10) == 100)
+        cache.set(126, for: 11, readSince: cache.mark())
+        #expect(cache.value(for: 11) == nil, "over an eighth of the bound: not cached")
+        cache.remove(10)
+        #expect(cache.bytes == 700)
+        cache.removeAll()
+        #expect(cache.bytes == 0)
+    }
 }

@@ -10,7 +10,9 @@ public struct PostgresCookies: CookieRepository, CacheStatisticsSource {
     package let store: PostgresStore
     package let keyRing: KeyRing
     /// A registration's jar as last read here; cache signals (and local writes) drop it.
-    package let cache = InvalidatedCache<String, CookieJarIndex>()
+    package let cache = InvalidatedCache<String, CookieJarIndex>(weight: { $0.approximateBytes }, maxBytes: Self.cacheBytes)
+    /// The most the cached jars of one instance weigh (about): 256 MiB.
+    package static let cacheBytes = 256 << 20
 
     public init(store: PostgresStore, keyRing: KeyRing) {
         self.store = store

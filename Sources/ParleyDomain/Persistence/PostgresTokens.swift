@@ -13,7 +13,11 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     /// Tokens as last read here (nil: none stored), by `TokenKey.description`: the proxy
     /// path reads a token on every request. Every write announces the key (`t:`), so every
     /// instance drops its copy; a lost signal suspends the cache.
-    package let cache = InvalidatedCache<String, TokenSlot>(owner: { $0.registrationID.flatMap(UUID.init(uuidString:)) })
+    package let cache = InvalidatedCache<String, TokenSlot>(
+        owner: { $0.registrationID.flatMap(UUID.init(uuidString:)) },
+        weight: { 256 + ($0.token.map { $0.accessToken.utf8.count + ($0.refreshToken?.utf8.count ?? 0) } ?? 0) }, maxBytes: Self.cacheBytes)
+    /// The most the cached tokens of one instance weigh (about): 128 MiB.
+    package static let cacheBytes = 128 << 20
     /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
     package let leaseDuration: Duration
     /// How long a section waits for another holder before giving up with `503`.

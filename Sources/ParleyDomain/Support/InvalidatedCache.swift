@@ -48,7 +48,9 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     }
 
     private struct State {
-        package var entries: [Key: (value: Value, until: ContinuousClock.Instant)] = [:]
+        package var entries: [Key: (value: Value, until: ContinuousClock.Instant, bytes: Int)] = [:]
+        /// What the entries weigh together (with `weight`).
+        var bytes = 0
         /// The keys of each owner (with `owner`): a registration's entries go without a scan.
         var owned: [UUID: Owned] = [:]
         /// The count at each owner's last removal (as `removedAt`), bounded by `capacity`.
@@ -89,29 +91,58 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
 
     /// Whose an entry is (a registration): `removeAll(owner:)` then finds its keys without a scan.
     private let owner: (@Sendable (Value) -> UUID?)?
+    /// What an entry weighs in bytes, about; with `maxBytes` the cache is bounded by memory as well
+    /// as by count (a registration's cookie jar may be large).
+    private let weight: (@Sendable (Value) -> Int)?
+    private let maxBytes: Int
 
     package init(
-        lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false, owner: (@Sendable (Value) -> UUID?)? = nil
+        lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false, owner: (@Sendable (Value) -> UUID?)? = nil,
+        weight: (@Sendable (Value) -> Int)? = nil, maxBytes: Int = .max
     ) {
         self.lifetime = lifetime
         self.capacity = capacity
         self.owner = owner
+        self.weight = weight
+        self.maxBytes = maxBytes
         state.withLock { $0.enabled = enabled }
     }
 
+    /// What the entries weigh together now (0 without `weight`).
+    package var bytes: Int { state.withLock { $0.bytes } }
+
     /// Drops `key`'s entry and its place in the owner index.
     private func drop(_ key: Key, from state: inout State) {
-        guard let entry = state.entries.removeValue(forKey: key), let owner, let id = owner(entry.value) else { return }
+        guard let entry = state.entries.removeValue(forKey: key) else { return }
+        state.bytes -= entry.bytes
+        guard let owner, let id = owner(entry.value) else { return }
         state.owned[id] = state.owned[id]?.removing(key)
     }
 
-    /// The owner index again from the entries (after a pass that removed many).
+    /// The owner index and the weight again from the entries (after a pass that removed many).
     private func reindex(_ state: inout State) {
+        state.bytes = state.entries.values.reduce(0) { $0 + $1.bytes }
         guard let owner else { return }
         state.owned.removeAll(keepingCapacity: true)
         for (key, entry) in state.entries {
             guard let id = owner(entry.value) else { continue }
             state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key)
+        }
+    }
+
+    /// Full by count or by bytes: the expired go first; if that is not an eighth, an eighth goes
+    /// (the dictionary's order, as good as random). Never all at once: a cache emptied at its
+    /// bound would send every caller to the database in the same moment.
+    private func shed(_ state: inout State, making room: Int) {
+        let now = ContinuousClock.now
+        state.entries = state.entries.filter { $0.value.until > now }
+        reindex(&state)
+        let keepCount = capacity - capacity / 8
+        let keepBytes = maxBytes == .max ? Int.max : maxBytes - maxBytes / 8
+        guard state.entries.count > keepCount || state.bytes + room > keepBytes else { return }
+        for key in Array(state.entries.keys) {
+            guard state.entries.count > keepCount || state.bytes + room > keepBytes else { break }
+            drop(key, from: &state)
         }
     }
 
@@ -138,24 +169,16 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     package func set(_ value: Value, for key: Key, readSince mark: UInt64) {
         let until = ContinuousClock.now + lifetime
         let id = owner?(value)
+        let bytes = weight?(value) ?? 0
+        guard bytes <= maxBytes / 8 else { return }  // one entry never takes more than an eighth
         state.withLock { state in
             guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark,
                 id.map({ state.ownerRemovedAt[$0, default: 0] <= mark }) ?? true
             else { return }
-            if state.entries[key] == nil, state.entries.count >= capacity {
-                // Full: the expired go first; if that is not an eighth, an eighth goes (the
-                // dictionary's order, as good as random). Never all at once: a cache emptied
-                // at its bound would send every caller to the database in the same moment.
-                let now = ContinuousClock.now
-                state.entries = state.entries.filter { $0.value.until > now }
-                if state.entries.count > capacity - capacity / 8 {
-                    let excess = state.entries.count - (capacity - capacity / 8)
-                    for key in Array(state.entries.keys.prefix(excess)) { state.entries[key] = nil }
-                }
-                reindex(&state)
-            }
             drop(key, from: &state)
-            state.entries[key] = (value, until)
+            if state.entries.count >= capacity || state.bytes + bytes > maxBytes { shed(&state, making: bytes) }
+            state.entries[key] = (value, until, bytes)
+            state.bytes += bytes
             if let id { state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key) }
         }
     }
@@ -174,7 +197,9 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             state.removals &+= 1
             state.ownerRemovedAt[id] = state.removals
             if state.ownerRemovedAt.count > capacity { state.removedInBulk() }
-            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { state.entries[key] = nil }
+            for key in state.owned.removeValue(forKey: id)?.keys ?? [] {
+                if let entry = state.entries.removeValue(forKey: key) { state.bytes -= entry.bytes }
+            }
         }
     }
 
@@ -191,6 +216,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             state.removedInBulk()
             state.entries.removeAll()
             state.owned.removeAll()
+            state.bytes = 0
         }
     }
 
@@ -202,6 +228,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             if !enabled {
                 state.entries.removeAll()
                 state.owned.removeAll()
+                state.bytes = 0
             }
         }
     }
