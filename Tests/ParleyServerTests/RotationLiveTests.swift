@@ -20,15 +20,20 @@ import ParleyDomain
         return (try JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Int]) ?? [:]
     }
 
-    @Test func busyInstancesNeverReplayARotatedRefreshToken() async throws {
+    /// DOT with one confidential client (`parley`/`s3cret`) and alice, once its dependencies are there.
+    static func startDOT(port: Int, accessSeconds: Int) async throws -> ParleyProcess {
         try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/peer-python.sh", "dot-as", "-c", "import oauth2_provider"])
-        let port = try FreePort.find()
-        // 33 s tokens: Parley takes a token as stale 30 s before it expires, so each is fresh for 3 s.
-        let dot = try await ParleyProcess.start(
+        return try await ParleyProcess.start(
             arguments: [
                 packageRoot + "/scripts/peer-python.sh", "dot-as", packageRoot + "/Tests/Fixtures/lifecycle/dot_as.py", "--port", String(port),
-                "--client-id", "parley", "--client-secret", "s3cret", "--user", "alice:wonderland", "--access-seconds", "33",
+                "--client-id", "parley", "--client-secret", "s3cret", "--user", "alice:wonderland", "--access-seconds", String(accessSeconds),
             ], environment: ["HOME": NSTemporaryDirectory()], port: port, binary: "/bin/bash", readyLine: "dot-as ready")
+    }
+
+    @Test func busyInstancesNeverReplayARotatedRefreshToken() async throws {
+        let port = try FreePort.find()
+        // 33 s tokens: Parley takes a token as stale 30 s before it expires, so each is fresh for 3 s.
+        let dot = try await Self.startDOT(port: port, accessSeconds: 33)
         defer { Task { await dot.stop() } }
         let base = "http://127.0.0.1:\(port)"
         try await withLiveParley(
@@ -106,13 +111,8 @@ import ParleyDomain
     /// waited gets a token from the password grant at once, and no refresh token is ever presented
     /// twice, then or later.
     @Test(arguments: ["504", "cut"]) func aLostRefreshAnswerSpendsItsRefreshToken(_ how: String) async throws {
-        try ExternalCheck.run("/bin/bash", [packageRoot + "/scripts/peer-python.sh", "dot-as", "-c", "import oauth2_provider"])
         let port = try FreePort.find()
-        let dot = try await ParleyProcess.start(
-            arguments: [
-                packageRoot + "/scripts/peer-python.sh", "dot-as", packageRoot + "/Tests/Fixtures/lifecycle/dot_as.py", "--port", String(port),
-                "--client-id", "parley", "--client-secret", "s3cret", "--user", "alice:wonderland",
-            ], environment: ["HOME": NSTemporaryDirectory()], port: port, binary: "/bin/bash", readyLine: "dot-as ready")
+        let dot = try await Self.startDOT(port: port, accessSeconds: 3600)
         defer { Task { await dot.stop() } }
         let base = "http://127.0.0.1:\(port)"
         try await withLiveParley(

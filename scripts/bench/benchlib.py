@@ -343,3 +343,42 @@ def expect(response, status, what):
     if response.status != status:
         die(f"{what} answered {response.status} (expected {status}): {response.body[:300]!r}")
     return response
+
+
+# ---------------------------------------------------------------- a simulator of a script's own
+
+def start_simulator(env, name):
+    """An upstream simulator of the script's own (so that its counters are the script's), with
+    hour-long access tokens; (process, port). The caller terminates it."""
+    (port,) = free_ports(1)
+    log = os.path.join(env.tmp, f"{name}-simulator.log")
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(port),
+             "--access-token-seconds", "3600"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if request(port, "GET", "/sim/stats", timeout=1)[0] == 200:
+                return process, port
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.terminate()
+            die(f"the simulator did not start: {_tail(log)}")
+        time.sleep(0.05)
+
+
+def password_destination(name, sim_port):
+    """A destination file's entry: OAuth2 password grant against the simulator at `sim_port`."""
+    sim = f"http://127.0.0.1:{sim_port}"
+    return f"""  - name: {name}
+    url: {sim}
+    oauth2:
+      grant: password
+      tokenEndpoint: {sim}/oauth/token
+      clientId: parley-confidential
+      clientSecret: s3cret
+      clientAuthentication: client_secret_basic
+      scopes: [read]
+"""

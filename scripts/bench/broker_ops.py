@@ -56,14 +56,13 @@ import http.client
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (CLK_TCK, Client, Env, _tail, cpu_seconds, die, each, exchange, expect, free_ports,  # noqa: E402
-                      request, run_main, say, start_instances, verdict)
+from benchlib import (CLK_TCK, Env, _tail, cpu_seconds, die, each, exchange, expect,  # noqa: E402
+                      request, run_main, say, start_instances, start_simulator, verdict)
 
 OAUTH_PATH = "/v1/proxy/oauth-api/data"
 BASIC_PATH = "/v1/proxy/api/data"
@@ -144,28 +143,6 @@ def local_target(url):
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-# ---------------------------------------------------------------- the simulator
-
-def start_simulator(env):
-    (port,) = free_ports(1)
-    log = os.path.join(env.tmp, "broker-ops-simulator.log")
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(port),
-             "--access-token-seconds", "3600"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if request(port, "GET", "/sim/stats", timeout=1)[0] == 200:
-                return process, port
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.terminate()
-            die(f"the simulator did not start: {_tail(log)}")
-        time.sleep(0.05)
-
-
 def grants(sim_port, grant):
     status, body = request(sim_port, "GET", "/sim/stats")
     if status != 200:
@@ -183,7 +160,7 @@ def main():
     for name, value in knobs.items():
         if value < 1:
             die(f"{name} must be at least 1")
-    simulator, sim_port = start_simulator(env)
+    simulator, sim_port = start_simulator(env, "broker-ops")
     try:
         run(env, simulator, sim_port, knobs)
     finally:

@@ -29,68 +29,27 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (Env, _tail, die, free_ports, percentile, request, run_main, say,  # noqa: E402
-                      start_instances, verdict)
+from benchlib import (Client, Env, die, each, expect, password_destination, percentile, request,  # noqa: E402
+                      run_main, say, start_instances, start_simulator, verdict)
 
 PATH = "/v1/proxy/oauth-api/data"
-
-
-class Client:
-    """One kept-alive HTTP/1.1 connection, asyncio."""
-
-    def __init__(self, port):
-        self.port = port
-        self.reader = self.writer = None
-
-    async def call(self, method, path, token=None, body=None):
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-        if token:
-            head += f"Authorization: Bearer {token}\r\n"
-        payload = b""
-        if body is not None:
-            payload = json.dumps(body).encode()
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        self.writer.write(head.encode() + b"\r\n" + payload)
-        response = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(response.split(b" ", 2)[1])
-        length = 0
-        for line in response.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        data = await self.reader.readexactly(length) if length else b""
-        return status, data
+USER = {"username": "alice", "password": "wonderland"}
 
 
 async def seed(port, count, workers=32):
     """Registers `count` registrations, each with one proxied call; their client tokens."""
-    tokens = []
-    queue = list(range(count))
+    async def one(client, _):
+        registered = expect(await client.call("POST", "/v1/registrations", body={"destination": "ahead", "credentials": USER}),
+                            201, "POST /v1/registrations")
+        token = registered.json()["clientToken"]
+        expect(await client.call("GET", PATH, token=token), 200, "the seeding call")
+        return token
 
-    async def worker():
-        client = Client(port)
-        while queue:
-            queue.pop()
-            status, body = await client.call(
-                "POST", "/v1/registrations",
-                body={"destination": "ahead", "credentials": {"username": "alice", "password": "wonderland"}})
-            if status != 201:
-                die(f"POST /v1/registrations answered {status}: {body[:300]!r}")
-            token = json.loads(body)["clientToken"]
-            status, body = await client.call("GET", PATH, token=token)
-            if status != 200:
-                die(f"the seeding call answered {status}: {body[:300]!r}")
-            tokens.append(token)
-
-    await asyncio.gather(*(worker() for _ in range(workers)))
-    return tokens
+    return await each(port, range(count), workers, one)
 
 
 async def probe(port, tokens, rps, stop):
@@ -105,9 +64,10 @@ async def probe(port, tokens, rps, stop):
         client = await free.get()
         started = time.monotonic()
         try:
-            status, _ = await client.call("GET", PATH, token=random.choice(tokens))
+            status = (await client.call("GET", PATH, token=random.choice(tokens))).status
         except (OSError, asyncio.IncompleteReadError, ValueError):
-            client.writer, status = None, None
+            client.close()
+            status = None
         results.append((started, time.monotonic() - started, status))
         free.put_nowait(client)
 
@@ -150,23 +110,8 @@ def main():
     token_delay_ms = int(os.environ.get("AHEAD_TOKEN_DELAY_MS", "0"))
     lead = 120
     # A simulator of its own, so that its counters are this run's.
-    (sim_port,) = free_ports(1)
-    sim_log = os.path.join(env.tmp, "refresh-ahead-simulator.log")
-    with open(sim_log, "wb") as out:
-        simulator = subprocess.Popen(
-            [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(sim_port),
-             "--access-token-seconds", "3600"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    simulator, sim_port = start_simulator(env, "refresh-ahead")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if request(sim_port, "GET", "/sim/stats", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if simulator.poll() is not None or time.monotonic() > deadline:
-                die(f"the simulator did not start: {_tail(sim_log)}")
-            time.sleep(0.05)
         run(env, sim_port, n, lead, per_look, rps, token_delay_ms)
     finally:
         simulator.terminate()
@@ -174,18 +119,7 @@ def main():
 
 
 def run(env, sim_port, n, lead, per_look, rps, token_delay_ms):
-    sim = f"http://127.0.0.1:{sim_port}"
-    destinations = f"""destinations:
-  - name: ahead
-    url: {sim}
-    oauth2:
-      grant: password
-      tokenEndpoint: {sim}/oauth/token
-      clientId: parley-confidential
-      clientSecret: s3cret
-      clientAuthentication: client_secret_basic
-      scopes: [read]
-"""
+    destinations = "destinations:\n" + password_destination("ahead", sim_port)
     os.environ.update({
         "PARLEY_REFRESH_AHEAD_SECONDS": str(lead), "PARLEY_REFRESH_AHEAD_INTERVAL_SECONDS": "1",
         "PARLEY_REFRESH_AHEAD_PER_DESTINATION": str(per_look), "PARLEY_REFRESH_AHEAD_PER_SERVER": str(per_look),

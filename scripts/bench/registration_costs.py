@@ -31,14 +31,12 @@ verdicts; 1 when something could not run (pg_stat_statements missing included).
 
 import asyncio
 import os
-import re
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (Client, Env, _tail, die, each, expect, free_ports, percentile, request,  # noqa: E402
-                      run_main, say, start_instances, stop_instances, verdict)
+from benchlib import (Client, Env, die, each, expect, password_destination, percentile, run_main,  # noqa: E402
+                      say, start_instances, start_simulator, stop_instances, verdict)
 
 API = "/v1/proxy/oauth-api/data"
 COOKIE = "/v1/proxy/cookies/set?n=1"
@@ -111,25 +109,6 @@ async def activate(port, tokens, concurrency):
     await each(port, tokens, concurrency, one)
 
 
-def start_simulator(env):
-    (port,) = free_ports(1)
-    log = os.path.join(env.tmp, "registration-costs-simulator.log")
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [os.path.join(env.bin, "upstream-simulator"), "--host", "127.0.0.1", "--port", str(port),
-             "--access-token-seconds", "3600"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if request(port, "GET", "/sim/stats", timeout=1)[0] == 200:
-                return process, port
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            die(f"the simulator did not start: {_tail(log)}")
-        time.sleep(0.05)
-
-
 def main():
     env = Env()
     n = int(os.environ.get("COSTS_REGISTRATIONS", "100000"))
@@ -140,7 +119,7 @@ def main():
         env.sql("SELECT pg_stat_statements_reset()")
     except Exception as error:  # noqa: BLE001 - said as it is
         die(f"pg_stat_statements is not available (the bench's PostgreSQL preloads it): {error}")
-    simulator, sim_port = start_simulator(env)
+    simulator, sim_port = start_simulator(env, "registration-costs")
     try:
         run(env, sim_port, n, sample, concurrency)
     finally:
@@ -149,18 +128,7 @@ def main():
 
 
 def run(env, sim_port, n, sample, concurrency):
-    sim = f"http://127.0.0.1:{sim_port}"
-    destinations = f"""destinations:
-  - name: costs
-    url: {sim}
-    oauth2:
-      grant: password
-      tokenEndpoint: {sim}/oauth/token
-      clientId: parley-confidential
-      clientSecret: s3cret
-      clientAuthentication: client_secret_basic
-      scopes: [read]
-"""
+    destinations = "destinations:\n" + password_destination("costs", sim_port)
     os.environ.update({"PARLEY_MANAGER_IDLE_SECONDS": "3600", "PARLEY_REFRESH_AHEAD_SECONDS": "0"})
     workdir = os.path.join(env.tmp, "registration-costs")
     (instance,) = start_instances(env, ["costs"], destinations, workdir)
