@@ -212,9 +212,12 @@ public final class InMemoryTokens: TokenRepository {
 
     public func markUsed(_ uses: [TokenKey: Date]) async throws {}
 
-    public func expiring(kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
+    public func expiring(destinations: [String], kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
         rows.withLock { rows in
-            rows.filter { kinds.contains($0.value.kind) && $0.key.registrationID != nil && $0.value.token.refreshToken != nil }
+            rows.filter {
+                destinations.contains($0.key.destination) && kinds.contains($0.value.kind) && $0.key.registrationID != nil
+                    && $0.value.token.refreshToken != nil
+            }
                 .compactMap { entry in entry.value.token.expiresAt.flatMap { $0 < before ? (entry.key, entry.value.token, $0) : nil } }
                 .sorted { $0.2 < $1.2 }.prefix(limit).map { ($0.0, $0.1) }
         }

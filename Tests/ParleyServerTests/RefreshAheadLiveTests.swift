@@ -47,7 +47,9 @@ import UpstreamSimulator
     }
 
     /// A password-grant token is refreshed ahead too, and the metric tells the background refresh
-    /// (`when="ahead"`) from one a call waited for.
+    /// (`when="ahead"`) from one a call waited for. A token of a destination this instance does not
+    /// serve (one removed from its file), long expired, does not take the look's place: each look
+    /// may start one refresh here, and the foreign token sorts first.
     @Test func aPasswordGrantTokenIsRefreshedAheadAndCountedAsSuch() async throws {
         var options = LiveOptions()
         // 34 s tokens: fresh for the call right after registering (Parley takes a token as stale 30 s
@@ -58,10 +60,18 @@ import UpstreamSimulator
             adjust: {
                 $0.housekeeping.refreshAhead = .seconds(300)
                 $0.housekeeping.refreshAheadInterval = .seconds(1)
+                $0.housekeeping.refreshAheadPerDestination = 1
             }
         ) { live in
             let (_, token) = try await live.register("as")
             #expect(try await live.request("GET", "/v1/proxy/oauth-api/orders", token: token).status == 200)
+            try await live.store.execute(
+                """
+                INSERT INTO tokens (id, registration_id, destination, kind, scope_key, access_token_sealed, refresh_token_sealed,
+                    token_type, scopes, expires_at, updated_at)
+                SELECT gen_random_uuid(), registration_id, 'gone', kind, scope_key, access_token_sealed, refresh_token_sealed,
+                    token_type, scopes, now() - interval '1 hour', now() - interval '2 hours' FROM tokens
+                """)
             let calls = live.simulator.requests(route: "ANY /oauth-api")
             #expect(live.simulator.oauth.tokenCallsByGrant["refresh_token", default: 0] == 0)
             // The background refresh ends (17 s on): the metric counts it as done ahead.

@@ -113,11 +113,13 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
         }
     }
 
-    public func expiring(kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
+    public func expiring(destinations: [String], kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)] {
         let rows = try await store.query(
             """
             SELECT destination, registration_id, scope_key, access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at
-            FROM tokens WHERE kind = ANY (string_to_array(\(kinds.joined(separator: ",")), ',')) AND registration_id IS NOT NULL AND refresh_token_sealed IS NOT NULL
+            FROM tokens WHERE kind = ANY (string_to_array(\(kinds.joined(separator: ",")), ','))
+              AND destination = ANY (string_to_array(\(destinations.joined(separator: ",")), ','))  -- names have no comma
+              AND registration_id IS NOT NULL AND refresh_token_sealed IS NOT NULL
               AND expires_at < \(before)
               -- past half its life: a token that lives less than the lead is not refreshed on every look
               AND now() > updated_at + (expires_at - updated_at) / 2

@@ -124,10 +124,12 @@ public protocol TokenRepository: TokenStore {
     func setCaching(_ enabled: Bool)
     /// When tokens were last sent, in one batch.
     func markUsed(_ uses: [TokenKey: Date]) async throws
-    /// Registrations' tokens of one of `kinds` (grants) with a refresh token that expire before
-    /// `before` and are past half their life (so one that lives less than the lead is not
-    /// refreshed on every look), soonest first, at most `limit` (the background refresh's work).
-    func expiring(kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)]
+    /// Registrations' tokens of `destinations`, of one of `kinds` (grants), with a refresh token,
+    /// that expire before `before` and are past half their life (so one that lives less than the
+    /// lead is not refreshed on every look), soonest first, at most `limit` (the background
+    /// refresh's work). Only the destinations named: tokens of a destination this instance does
+    /// not serve (removed from its file) would otherwise sort first, expired, and fill every look.
+    func expiring(destinations: [String], kinds: [String], before: Date, limit: Int) async throws -> [(TokenKey, StoredToken)]
 }
 
 /// Removes what has outlived its use.

@@ -56,10 +56,11 @@ package struct RefreshAhead: Service {
         let perDestination = share?.part(of: self.perDestination) ?? self.perDestination
         let perServer = share?.part(of: self.perServer) ?? self.perServer
         let before = clock.now.addingTimeInterval(lead.timeInterval)
+        let refreshable = destinations.values.filter { $0.oauth2.map { Self.grants.contains($0.grant) } ?? false }.map(\.name).sorted()
         let due: [(TokenKey, StoredToken)]
         do {
             due = try await tokens.expiring(
-                kinds: Self.grants.map(\.rawValue), before: before, limit: perDestination * max(1, destinations.count))
+                destinations: refreshable, kinds: Self.grants.map(\.rawValue), before: before, limit: perDestination * max(1, refreshable.count))
         } catch {
             logger.warning("tokens due for a refresh could not be read", metadata: ["error": "\(error)"])
             return 0
