@@ -311,7 +311,7 @@ def client_credentials(env, instance, sim_port, knobs, meter):
     if obtained != m_count:
         die(f"seeding {m_count} client-credentials destinations made {obtained} client_credentials grants")
     seeding = time.monotonic() - started
-    expire_tokens(env, "kind = 'client_credentials'", m_count)
+    expire_tokens(env, "destination LIKE 'cc-%'", m_count)
 
     base = grants(sim_port, "client_credentials")
     with meter() as m:

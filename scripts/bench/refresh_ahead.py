@@ -134,7 +134,7 @@ def run(env, sim_port, n, lead, per_look, rps, token_delay_ms):
     # last-sent times) wait for it instead of deadlocking with it row by row.
     env.sql("LOCK TABLE tokens IN SHARE ROW EXCLUSIVE MODE; "
             "UPDATE tokens SET updated_at = now() - interval '1000 seconds', "
-            "expires_at = now() + interval '150 seconds' + random() * interval '60 seconds'")
+            "expires_at = now() + interval '150 seconds' + random() * interval '60 seconds' WHERE destination = 'ahead'")
     env.sql("SELECT pg_notify('parley_cache', 't:*')")
     if token_delay_ms:
         # A slow authorization server: each token-endpoint answer from now on waits this long.
