@@ -37,7 +37,7 @@ public enum RefreshOutcome: String, Sendable, CaseIterable {
     case ok
     /// `invalid_grant`, or an answer lost (the refresh token is taken as spent): the refresh token is gone.
     case permanent
-    /// Refused, malformed, 5xx, 429 or network: tokens kept, backing off.
+    /// Refused, malformed, 503, 429, or a request that never left: tokens kept, backing off.
     case transient
 }
 
@@ -53,6 +53,15 @@ public protocol TokenEventSink: Sendable {
 
 extension TokenEventSink {
     public func refreshKeepsFailing(_ key: TokenKey, grant: OAuth2Settings.Grant, failures: Int, detail: String) async {}
+}
+
+/// One call to a token endpoint, for whoever paces such calls (refresh ahead): how long it took,
+/// and whether the server said it is loaded (`429`, `503`, a timeout or another lost answer).
+/// Only calls that reached for the endpoint are reported: a token another instance had just
+/// stored, or a call held back by Parley's own back-off or budget, says nothing of the server.
+public struct TokenCallReport: Sendable {
+    public let latency: Duration
+    public let overloaded: Bool
 }
 
 /// What obtaining a token led to.
@@ -127,19 +136,38 @@ public final class OAuth2Broker: Sendable {
     /// that no call waits for it (the background refresh), for the metrics.
     public func obtain(
         _ key: TokenKey, endpoint: TokenEndpointClient, credentials: UserCredentials?, identity: PropagatedIdentity? = nil,
-        stale: StoredToken?, ahead: Bool = false
+        stale: StoredToken?, ahead: Bool = false, report: (@Sendable (TokenCallReport) -> Void)? = nil
     ) async throws -> TokenOutcome {
         try await flights.run(key) { [self] in
             try await store.exclusively(key) { access in
                 try await self.obtainExclusively(
-                    key, access: access, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale, ahead: ahead)
+                    key, access: access, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale, ahead: ahead,
+                    report: report)
             }
         }
     }
 
+    /// `endpoint.request`, timed for `report`.
+    private func call(
+        _ endpoint: TokenEndpointClient, _ parameters: [(String, String)], previousRefreshToken: String? = nil,
+        report: (@Sendable (TokenCallReport) -> Void)?
+    ) async -> TokenEndpointOutcome {
+        let began = ContinuousClock.now
+        let outcome = await endpoint.request(parameters, previousRefreshToken: previousRefreshToken)
+        if let report {
+            let overloaded: Bool
+            switch outcome {
+            case .transient, .uncertain: overloaded = true
+            case .token, .invalidGrant, .refused, .malformed: overloaded = false
+            }
+            report(TokenCallReport(latency: .now - began, overloaded: overloaded))
+        }
+        return outcome
+    }
+
     private func obtainExclusively(
         _ key: TokenKey, access: any TokenAccess, endpoint: TokenEndpointClient, credentials: UserCredentials?,
-        identity: PropagatedIdentity?, stale: StoredToken?, ahead: Bool
+        identity: PropagatedIdentity?, stale: StoredToken?, ahead: Bool, report: (@Sendable (TokenCallReport) -> Void)?
     ) async throws -> TokenOutcome {
         let settings = endpoint.settings
         let current = try await access.load(key)
@@ -156,7 +184,7 @@ public final class OAuth2Broker: Sendable {
             try admitCall(key)
             var parameters = [("grant_type", "refresh_token"), ("refresh_token", refresh)]
             if !settings.scopes.isEmpty { parameters.append(("scope", settings.scopes.joined(separator: " "))) }
-            switch await endpoint.request(parameters, previousRefreshToken: refresh) {
+            switch await call(endpoint, parameters, previousRefreshToken: refresh, report: report) {
             case .token(let token):
                 // The authorization server may have rotated the refresh token: the old one is dead,
                 // and the new one exists only here until it is stored, so it is stored first.
@@ -236,7 +264,7 @@ public final class OAuth2Broker: Sendable {
                 now: clock.now)
         }
         try admitCall(key)
-        switch await endpoint.request(parameters) {
+        switch await call(endpoint, parameters, report: report) {
         case .token(let token):
             try await access.save(token, for: key, grant: settings.grant)
             succeeded(key)

@@ -79,7 +79,11 @@ package struct RefreshAhead: Service {
             chosen.append((key, token, endpoint))
         }
         // As many at a time as the pace allows: each refresh waits mostly on the network and the database.
-        let clock = ContinuousClock()
+        // The pace hears of the token-endpoint calls only (not of a token another instance had just
+        // stored, nor of a refresh Parley's own back-off held back: neither says anything of load).
+        let report: @Sendable (TokenCallReport) -> Void = { [pace] call in
+            pace.finished(call.overloaded ? .throttled : .answered(latency: call.latency))
+        }
         await withTaskGroup(of: Void.self) { group in
             var pending = chosen.makeIterator()
             var running = 0
@@ -87,12 +91,9 @@ package struct RefreshAhead: Service {
                 while running < pace.limit, let (key, token, endpoint) = pending.next() {
                     running += 1
                     group.addTask {
-                        let began = clock.now
                         do {
-                            _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true)
-                            pace.finished(.answered(latency: clock.now - began))
+                            _ = try await broker.obtain(key, endpoint: endpoint, credentials: nil, stale: token, ahead: true, report: report)
                         } catch {
-                            pace.finished(Self.pacing(error, latency: clock.now - began))
                             logger.debug(
                                 "a refresh ahead of need failed", metadata: ["destination": .string(key.destination), "error": "\(error)"])
                         }
@@ -105,16 +106,6 @@ package struct RefreshAhead: Service {
         let count = started.values.reduce(0, +)
         if count > 0 { logger.info("tokens refreshed ahead of need", metadata: ["tokens": "\(count)", "pace": "\(pace.limit)"]) }
         return count
-    }
-
-    /// A failed refresh: a sign of load (throttled, unavailable, held by Parley's own budget or
-    /// back-off) slows the pace; a refusal says nothing of load, only how long it took.
-    static func pacing(_ error: any Error, latency: Duration) -> RefreshPace.Outcome {
-        guard let error = error as? OAuth2Error else { return .throttled }
-        switch error.code {
-        case .temporarilyUnavailable, .rateLimited: return .throttled
-        case .refused, .invalidResponse, .identityTokenExpired: return .answered(latency: latency)
-        }
     }
 
     package init(tokens: any TokenRepository, broker: OAuth2Broker, configurator: DestinationConfigurator, destinations: [String: Destination], lead: Duration, interval: Duration, perDestination: Int, perServer: Int = 100, clock: any WallClock, logger: Logger, share: ClusterShare? = nil, pace: RefreshPace = RefreshPace()) {

@@ -15,9 +15,9 @@ package final class RefreshPace: Sendable {
 
     /// What one refresh ahead of need came to.
     package enum Outcome: Sendable {
-        /// The server answered (a token, or a refusal that says nothing of its load).
+        /// The token endpoint answered (a token, or a refusal that says nothing of its load).
         case answered(latency: Duration)
-        /// The server throttled or failed, or Parley's own back-off or budget held the call.
+        /// The token endpoint throttled or failed (`429`, `503`, a timeout, an answer lost).
         case throttled
     }
 
