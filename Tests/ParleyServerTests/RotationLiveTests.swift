@@ -30,6 +30,16 @@ import ParleyDomain
             ], environment: ["HOME": NSTemporaryDirectory()], port: port, binary: "/bin/bash", readyLine: "dot-as ready")
     }
 
+    /// Destination `dot`: the password grant at DOT on `base`.
+    static func destination(_ base: String, revocation: Bool) -> DestinationSpec {
+        var spec = DestinationSpec(name: "dot", url: base)
+        spec.oauth2 = DestinationSpec.OAuth2(
+            grant: "password", authorizationEndpoint: nil, tokenEndpoint: base + "/o/token/",
+            revocationEndpoint: revocation ? base + "/o/revoke_token/" : nil, clientId: "parley", clientSecret: "s3cret",
+            clientAuthentication: "client_secret_basic", scopes: ["read"], scopeKeys: nil, challenge: nil)
+        return spec
+    }
+
     @Test func busyInstancesNeverReplayARotatedRefreshToken() async throws {
         let port = try FreePort.find()
         // 33 s tokens: Parley takes a token as stale 30 s before it expires, so each is fresh for 3 s.
@@ -37,14 +47,7 @@ import ParleyDomain
         defer { Task { await dot.stop() } }
         let base = "http://127.0.0.1:\(port)"
         try await withLiveParley(
-            destinations: { _ in
-                var spec = DestinationSpec(name: "dot", url: base)
-                spec.oauth2 = DestinationSpec.OAuth2(
-                    grant: "password", authorizationEndpoint: nil, tokenEndpoint: base + "/o/token/", revocationEndpoint: base + "/o/revoke_token/",
-                    clientId: "parley", clientSecret: "s3cret", clientAuthentication: "client_secret_basic", scopes: ["read"], scopeKeys: nil,
-                    challenge: nil)
-                return [spec]
-            }, options: LiveOptions(instances: 3)
+            destinations: { _ in [Self.destination(base, revocation: true)] }, options: LiveOptions(instances: 3)
         ) { live in
             let (_, token) = try await live.register("dot")
             let first = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
@@ -116,14 +119,7 @@ import ParleyDomain
         defer { Task { await dot.stop() } }
         let base = "http://127.0.0.1:\(port)"
         try await withLiveParley(
-            destinations: { _ in
-                var spec = DestinationSpec(name: "dot", url: base)
-                spec.oauth2 = DestinationSpec.OAuth2(
-                    grant: "password", authorizationEndpoint: nil, tokenEndpoint: base + "/o/token/", revocationEndpoint: nil,
-                    clientId: "parley", clientSecret: "s3cret", clientAuthentication: "client_secret_basic", scopes: ["read"], scopeKeys: nil,
-                    challenge: nil)
-                return [spec]
-            }
+            destinations: { _ in [Self.destination(base, revocation: false)] }
         ) { live in
             let (_, token) = try await live.register("dot")
             let first = try await live.request("GET", "/v1/proxy/api/whoami", token: token)
