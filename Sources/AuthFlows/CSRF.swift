@@ -34,7 +34,8 @@ public final class CSRFTokenCache: Sendable {
 
     /// Forgets every token of a registration.
     public func forget(registrationID: String) {
-        tokens.withLock { $0.removeAll { $0.hasPrefix(registrationID + "|") } }
+        let prefix = registrationID + "|"
+        tokens.withLock { $0.removeAll { $0.hasPrefix(prefix) } }
     }
 }
 

@@ -30,7 +30,7 @@ import ParleyDomain
     @Test func aBulkRemovalOrASuspensionStopsEveryPendingRead() {
         let cache = InvalidatedCache<String, Int>(enabled: true)
         var mark = cache.mark()
-        cache.removeAll { _, _ in false }
+        cache.removeAll()
         cache.set(1, for: "token", readSince: mark)
         #expect(cache.value(for: "token") == nil)
         mark = cache.mark()

@@ -35,10 +35,12 @@ package struct RefreshAhead: Service {
     package var share: ClusterShare? = nil
     /// How many refreshes run at once (kept from look to look).
     package let pace: RefreshPace
+    /// The destinations whose registrations' tokens are refreshed ahead (a grant of `grants`).
+    let refreshable: [String]
 
     package func run() async throws {
         // A service that ends stops the whole server (the group's rule): with nothing to do, wait.
-        guard lead > .zero, destinations.values.contains(where: { $0.oauth2.map { Self.grants.contains($0.grant) } ?? false }) else {
+        guard lead > .zero, !refreshable.isEmpty else {
             try? await gracefulShutdown()
             return
         }
@@ -56,7 +58,6 @@ package struct RefreshAhead: Service {
         let perDestination = share?.part(of: self.perDestination) ?? self.perDestination
         let perServer = share?.part(of: self.perServer) ?? self.perServer
         let before = clock.now.addingTimeInterval(lead.timeInterval)
-        let refreshable = destinations.values.filter { $0.oauth2.map { Self.grants.contains($0.grant) } ?? false }.map(\.name).sorted()
         let due: [(TokenKey, StoredToken)]
         do {
             due = try await tokens.expiring(
@@ -121,5 +122,6 @@ package struct RefreshAhead: Service {
         self.logger = logger
         self.share = share
         self.pace = pace
+        refreshable = destinations.values.filter { $0.oauth2.map { Self.grants.contains($0.grant) } ?? false }.map(\.name).sorted()
     }
 }

@@ -33,16 +33,13 @@ package struct ConversationAccounting: ConversationObserver {
         private let shared: [String: (holding: Shared, other: Shared)]
 
         package init(destinations: [String: Destination], limits: any LoginLimiter, metrics: Metrics, errorNames: ErrorNames) {
-            shared = destinations.mapValues { destination in
-                (
-                    holding: Shared(
-                        destination: destination.name, countsUnauthorized: destination.basic != nil, limits: limits, metrics: metrics,
-                        errorNames: errorNames),
-                    other: Shared(
-                        destination: destination.name, countsUnauthorized: destination.basic != nil && destination.oauth2?.grant == .password,
-                        limits: limits, metrics: metrics, errorNames: errorNames)
-                )
+            func observed(_ destination: Destination, holding: Bool) -> Shared {
+                Shared(
+                    destination: destination.name,
+                    countsUnauthorized: destination.basic != nil && destination.checksHeldCredentials(holdingCredentials: holding), limits: limits,
+                    metrics: metrics, errorNames: errorNames)
             }
+            shared = destinations.mapValues { (holding: observed($0, holding: true), other: observed($0, holding: false)) }
         }
 
         package func observer(for registration: RegistrationRecord, of destination: Destination) -> [any ConversationObserver] {
@@ -90,6 +87,11 @@ extension Destination {
     /// Whether a proxied call of `registration` tries credentials Parley holds for it upstream
     /// (the password grant, or Basic with stored credentials): their failures count as failed logins.
     package func checksHeldCredentials(_ registration: RegistrationRecord) -> Bool {
-        oauth2?.grant == .password || (basic != nil && registration.credentialsSealed != nil)
+        checksHeldCredentials(holdingCredentials: registration.credentialsSealed != nil)
+    }
+
+    /// The same, for a registration that holds credentials or not.
+    package func checksHeldCredentials(holdingCredentials: Bool) -> Bool {
+        oauth2?.grant == .password || (basic != nil && holdingCredentials)
     }
 }

@@ -119,15 +119,26 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         state.owned[id] = state.owned[id]?.removing(key)
     }
 
+    /// Files `key` under its owner `id` in the index.
+    private func index(_ key: Key, under id: UUID, in state: inout State) {
+        state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key)
+    }
+
     /// The owner index and the weight again from the entries (after a pass that removed many).
     private func reindex(_ state: inout State) {
         state.bytes = state.entries.values.reduce(0) { $0 + $1.bytes }
         guard let owner else { return }
         state.owned.removeAll(keepingCapacity: true)
         for (key, entry) in state.entries {
-            guard let id = owner(entry.value) else { continue }
-            state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key)
+            if let id = owner(entry.value) { index(key, under: id, in: &state) }
         }
+    }
+
+    /// Nothing cached, nothing indexed.
+    private func empty(_ state: inout State) {
+        state.entries.removeAll()
+        state.owned.removeAll()
+        state.bytes = 0
     }
 
     /// Full by count or by bytes: the expired go first; if that is not an eighth, an eighth goes
@@ -179,7 +190,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             if state.entries.count >= capacity || state.bytes + bytes > maxBytes { shed(&state, making: bytes) }
             state.entries[key] = (value, until, bytes)
             state.bytes += bytes
-            if let id { state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key) }
+            if let id { index(key, under: id, in: &state) }
         }
     }
 
@@ -197,26 +208,14 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             state.removals &+= 1
             state.ownerRemovedAt[id] = state.removals
             if state.ownerRemovedAt.count > capacity { state.removedInBulk() }
-            for key in state.owned.removeValue(forKey: id)?.keys ?? [] {
-                if let entry = state.entries.removeValue(forKey: key) { state.bytes -= entry.bytes }
-            }
-        }
-    }
-
-    package func removeAll(where matches: (Key, Value) -> Bool) {
-        state.withLock { state in
-            state.removedInBulk()
-            state.entries = state.entries.filter { !matches($0.key, $0.value.value) }
-            reindex(&state)
+            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { drop(key, from: &state) }
         }
     }
 
     package func removeAll() {
         state.withLock { state in
             state.removedInBulk()
-            state.entries.removeAll()
-            state.owned.removeAll()
-            state.bytes = 0
+            empty(&state)
         }
     }
 
@@ -225,11 +224,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         state.withLock { state in
             state.enabled = enabled
             state.removedInBulk()
-            if !enabled {
-                state.entries.removeAll()
-                state.owned.removeAll()
-                state.bytes = 0
-            }
+            if !enabled { empty(&state) }
         }
     }
 }
