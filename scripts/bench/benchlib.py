@@ -382,3 +382,21 @@ def password_destination(name, sim_port):
       clientAuthentication: client_secret_basic
       scopes: [read]
 """
+
+
+# ---------------------------------------------------------------- seeding
+
+USER = {"username": "alice", "password": "wonderland"}
+
+
+async def register_and_call(client, destination, paths, credentials=None):
+    """`POST /v1/registrations` for `destination` (with `credentials`), then `GET` each of `paths` as
+    the new registration, each answering 200 (dies otherwise); its client token."""
+    body = {"destination": destination}
+    if credentials is not None:
+        body["credentials"] = credentials
+    token = expect(await client.call("POST", "/v1/registrations", body=body), 201,
+                   f"POST /v1/registrations ({destination})").json()["clientToken"]
+    for path in paths:
+        expect(await client.call("GET", path, token=token), 200, f"the seeding call {path} ({destination})")
+    return token

@@ -62,11 +62,10 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (CLK_TCK, Env, _tail, cpu_seconds, die, each, exchange, expect,  # noqa: E402
-                      request, run_main, say, start_instances, start_simulator, verdict)
+                      register_and_call, request, run_main, say, start_instances, start_simulator, USER, verdict)
 
 OAUTH_PATH = "/v1/proxy/oauth-api/data"
 BASIC_PATH = "/v1/proxy/api/data"
-USER = {"username": "alice", "password": "wonderland"}
 # Keycloak's published sizing (per vCPU): the reference printed beside each figure.
 KEYCLOAK = {"refresh": 120, "client_credentials": 120, "password_login": 15}
 
@@ -265,11 +264,7 @@ def refreshes(env, instance, sim_port, knobs, meter):
     n, workers = knobs["OPS_REFRESHES"], knobs["OPS_CONCURRENCY"]
 
     async def seed(client, _):
-        r = expect(await client.call("POST", "/v1/registrations", body={"destination": "pw", "credentials": USER}),
-                   201, "POST /v1/registrations (pw)")
-        token = r.json()["clientToken"]
-        expect(await client.call("GET", OAUTH_PATH, token=token), 200, "the seeding call (pw)")
-        return token
+        return await register_and_call(client, "pw", [OAUTH_PATH], credentials=USER)
 
     started = time.monotonic()
     before = grants(sim_port, "password")
@@ -298,11 +293,7 @@ def client_credentials(env, instance, sim_port, knobs, meter):
     m_count, workers = knobs["OPS_CC_TOKENS"], knobs["OPS_CONCURRENCY"]
 
     async def seed(client, i):
-        r = expect(await client.call("POST", "/v1/registrations", body={"destination": f"cc-{i}"}),
-                   201, f"POST /v1/registrations (cc-{i})")
-        token = r.json()["clientToken"]
-        expect(await client.call("GET", OAUTH_PATH, token=token), 200, f"the seeding call (cc-{i})")
-        return token
+        return await register_and_call(client, f"cc-{i}", [OAUTH_PATH])
 
     started = time.monotonic()
     before = grants(sim_port, "client_credentials")

@@ -33,21 +33,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (Client, Env, die, each, expect, password_destination, percentile, request,  # noqa: E402
-                      run_main, say, start_instances, start_simulator, verdict)
+from benchlib import (USER, Client, Env, die, each, password_destination, percentile, register_and_call,  # noqa: E402
+                      request, run_main, say, start_instances, start_simulator, verdict)
 
 PATH = "/v1/proxy/oauth-api/data"
-USER = {"username": "alice", "password": "wonderland"}
 
 
 async def seed(port, count, workers=32):
     """Registers `count` registrations, each with one proxied call; their client tokens."""
     async def one(client, _):
-        registered = expect(await client.call("POST", "/v1/registrations", body={"destination": "ahead", "credentials": USER}),
-                            201, "POST /v1/registrations")
-        token = registered.json()["clientToken"]
-        expect(await client.call("GET", PATH, token=token), 200, "the seeding call")
-        return token
+        return await register_and_call(client, "ahead", [PATH], credentials=USER)
 
     return await each(port, range(count), workers, one)
 

@@ -35,12 +35,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import (Client, Env, die, each, expect, password_destination, percentile, run_main,  # noqa: E402
-                      say, start_instances, start_simulator, stop_instances, verdict)
+from benchlib import (USER, Client, Env, die, each, expect, password_destination, percentile,  # noqa: E402
+                      register_and_call, run_main, say, start_instances, start_simulator, stop_instances, verdict)
 
 API = "/v1/proxy/oauth-api/data"
 COOKIE = "/v1/proxy/cookies/set?n=1"
-USER = {"username": "alice", "password": "wonderland"}
 
 
 def rss_kib(pid):
@@ -80,12 +79,8 @@ def short(query, width=90):
 
 async def seed(port, count, concurrency):
     async def one(client, _):
-        registered = expect(await client.call("POST", "/v1/registrations", body={"destination": "costs", "credentials": USER}),
-                            201, "POST /v1/registrations")
-        token = registered.json()["clientToken"]
-        expect(await client.call("GET", COOKIE, token=token), 200, "the seeding call that sets a cookie")
-        expect(await client.call("GET", API, token=token), 200, "the seeding call that obtains a token")
-        return token
+        # One cookie in its jar, then its token: both stored in PostgreSQL.
+        return await register_and_call(client, "costs", [COOKIE, API], credentials=USER)
     return await each(port, range(count), concurrency, one)
 
 
