@@ -55,7 +55,9 @@ public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
 /// CommonAuthenticationConfigurator). Filters are composed once per manager.
 public struct DestinationConfigurator: Sendable {
     public let transport: any Transport
-    public let cookieRecords: any CookieRecords
+    public var cookieRecords: any CookieRecords { cookies.records }
+    /// The cookie records and clock every registration's jar shares.
+    private let cookies: RegistrationCookieJar.Source
     public let csrfTokens: CSRFTokenCache
     public let clock: any WallClock
     public let observers: [any ConversationObserver]
@@ -75,7 +77,7 @@ public struct DestinationConfigurator: Sendable {
         observers: [any ConversationObserver] = [], oauth2: OAuth2Broker? = nil, logger: Logger
     ) {
         self.transport = transport
-        self.cookieRecords = cookieRecords
+        self.cookies = RegistrationCookieJar.Source(records: cookieRecords, clock: clock)
         self.csrfTokens = csrfTokens
         self.clock = clock
         self.observers = observers
@@ -110,11 +112,12 @@ public struct DestinationConfigurator: Sendable {
         for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api,
         observers extra: [any ConversationObserver] = [], cookieJar: (any CookieStorage)? = nil
     ) -> ConversationManager {
-        let observers = self.observers + extra
+        // One array where the other is empty (the usual case): none made per registration.
+        let observers = extra.isEmpty ? self.observers : self.observers.isEmpty ? extra : self.observers + extra
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
         var jar: any CookieStorage =
-            cookieJar ?? RegistrationCookieJar(registrationID: registration.registrationID, records: cookieRecords, clock: clock)
+            cookieJar ?? RegistrationCookieJar(registrationID: registration.registrationID, source: cookies)
         if case .browser(let space?) = audience { jar = ForwardedCookieJar(jar: jar, space: space) }
         let session = SessionConfiguration(
             cookieJar: jar,

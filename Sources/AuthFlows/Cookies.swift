@@ -136,7 +136,7 @@ public enum Cookies {
     public static func header(for url: URLParts, from cookies: [StoredCookie], at now: Date) -> String? {
         let matching = cookies.filter { $0.matches(url, at: now) }.sorted { $0.path.utf8.count > $1.path.utf8.count }
         guard !matching.isEmpty else { return nil }
-        return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
+        return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ").compacted
     }
 
     public static func domainMatches(host: String, domain: String) -> Bool {
@@ -310,7 +310,7 @@ public final class CookieJarIndex: Sendable {
     private let paths: [String]
     /// Until then no cookie of the jar has expired; nil when none ever does.
     private let firstExpiry: Date?
-    private let remembered = Mutex<[Key: String?]>([:])
+    private let remembered = Mutex(Remembered())
 
     /// At most this many headers are remembered (hosts × path masks); beyond, the memory starts over.
     static let maxRemembered = 16
@@ -318,10 +318,30 @@ public final class CookieJarIndex: Sendable {
     /// jars counts against its byte bound.
     public let approximateBytes: Int
 
-    private struct Key: Hashable {
+    private struct Key: Equatable {
         let host: String
         let secure: Bool
         let mask: UInt64
+    }
+
+    /// The headers made so far, by key: the first in place (most jars serve one host and one
+    /// path), the others in a short list searched in order — no table per jar.
+    private struct Remembered {
+        var first: (key: Key, header: String?)?
+        var more: [(key: Key, header: String?)] = []
+
+        var count: Int { (first == nil ? 0 : 1) + more.count }
+
+        /// `.some(header)` when `key` was seen (the header may be nil: no cookie matched).
+        func header(for key: Key) -> String?? {
+            if let first, first.key == key { return .some(first.header) }
+            guard let found = more.first(where: { $0.key == key }) else { return nil }
+            return .some(found.header)
+        }
+
+        mutating func remember(_ header: String?, for key: Key) {
+            if first == nil { first = (key, header) } else { more.append((key, header)) }
+        }
     }
 
     public init(_ cookies: [StoredCookie]) {
@@ -347,11 +367,11 @@ public final class CookieJarIndex: Sendable {
             mask |= 1 << UInt64(i)
         }
         let key = Key(host: url.host, secure: url.isSecure, mask: mask)
-        if let known = remembered.withLock({ $0[key] }) { return known }
+        if let known = remembered.withLock({ $0.header(for: key) }) { return known }
         let header = Cookies.header(for: url, from: cookies, at: now)
         remembered.withLock { remembered in
-            if remembered.count >= Self.maxRemembered { remembered.removeAll() }
-            remembered[key] = .some(header)
+            if remembered.count >= Self.maxRemembered { remembered = Remembered() }
+            if remembered.header(for: key) == nil { remembered.remember(header, for: key) }
         }
         return header
     }
@@ -375,14 +395,31 @@ extension CookieRecords {
 
 /// A registration's cookie jar: RFC 6265 rules over `CookieRecords`.
 public struct RegistrationCookieJar: CookieStorage {
+    /// Where the cookies are and the clock that ages them, one for many jars: a jar is then an
+    /// id and a reference, small enough to sit in an existential's inline buffer (a cached
+    /// manager's jar costs no allocation of its own).
+    public final class Source: Sendable {
+        public let records: any CookieRecords
+        public let clock: any WallClock
+
+        public init(records: any CookieRecords, clock: any WallClock) {
+            self.records = records
+            self.clock = clock
+        }
+    }
+
     public let registrationID: String
-    public let records: any CookieRecords
-    public let clock: any WallClock
+    public let source: Source
+    public var records: any CookieRecords { source.records }
+    public var clock: any WallClock { source.clock }
+
+    public init(registrationID: String, source: Source) {
+        self.registrationID = registrationID
+        self.source = source
+    }
 
     public init(registrationID: String, records: any CookieRecords, clock: any WallClock) {
-        self.registrationID = registrationID
-        self.records = records
-        self.clock = clock
+        self.init(registrationID: registrationID, source: Source(records: records, clock: clock))
     }
 
     public func cookieHeader(for url: String) async throws -> String? {

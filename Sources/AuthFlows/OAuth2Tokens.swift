@@ -17,7 +17,9 @@ public struct TokenKey: Sendable, Hashable, CustomStringConvertible {
         self.scopeKey = scopeKey
     }
 
-    public var description: String { "\(destination)|\(registrationID ?? "-")|\(scopeKey)" }
+    /// `destination|registration|scope key`; a cache keeps it as a key, so it is made to its
+    /// length (an interpolation's string keeps twice that and more).
+    public var description: String { "\(destination)|\(registrationID ?? "-")|\(scopeKey)".compacted }
 }
 
 /// An OAuth2 token as Parley keeps it (sealed at rest by the store).

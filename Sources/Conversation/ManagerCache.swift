@@ -5,9 +5,17 @@ import Synchronization
 /// a million registrations cost rows, not memory. Eviction happens on access
 /// (no background task), in a full pass now and then.
 public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
+    /// The manager, boxed: a slot of the dictionary (a third to a half of them empty) holds a
+    /// reference and a date, not a manager's few hundred bytes.
+    private final class Boxed: Sendable {
+        let manager: ConversationManager
+        init(_ manager: ConversationManager) { self.manager = manager }
+    }
+
     private struct Entry {
-        var manager: ConversationManager
+        let boxed: Boxed
         var lastUsed: Date
+        var manager: ConversationManager { boxed.manager }
     }
 
     private struct State {
@@ -44,7 +52,7 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
             if state.entries.count >= capacity, let oldest = state.entries.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
                 state.entries[oldest.key] = nil
             }
-            state.entries[key] = Entry(manager: built, lastUsed: now)
+            state.entries[key] = Entry(boxed: Boxed(built), lastUsed: now)
             return built
         }
     }

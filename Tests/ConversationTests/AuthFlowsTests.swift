@@ -92,11 +92,25 @@ final class MemoryCookieRecords: CookieRecords {
                 #expect(index.header(for: url, at: now) == Cookies.header(for: url, from: cookies, at: now), "\(text)")
             }
         }
+        // More hosts than it remembers headers for: the memory starts over, the answers stay right.
+        for _ in 0..<2 {
+            for host in 1...20 {
+                let url = try #require(URLParts("https://h\(host).smp.example/sp/a"))
+                #expect(index.header(for: url, at: now) == Cookies.header(for: url, from: cookies, at: now), "h\(host)")
+            }
+        }
         let later = now.addingTimeInterval(61)
         let header = index.header(for: base, at: later)
         #expect(header == Cookies.header(for: base, from: cookies, at: later))
         #expect(header?.contains("s=1") == false && index.header(for: base, at: now)?.contains("s=1") == true)
         #expect(CookieJarIndex.empty.header(for: base, at: now) == nil && CookieJarIndex.empty.cookies.isEmpty)
+    }
+
+    /// What caches keep is made to its length (`compacted`); the text is the same, ASCII or not.
+    @Test func aCompactedStringIsTheSameText() {
+        for text in ["", "n=1", "costs|2f1c7c9e-8d1b-4a4e-9a51-3c8f0e6b2d71|", String(repeating: "é", count: 40) + "|x"] {
+            #expect(text.compacted == text && text.compacted.utf8.count == text.utf8.count)
+        }
     }
 
     @Test func jarStoresAndServesThroughRecords() async throws {

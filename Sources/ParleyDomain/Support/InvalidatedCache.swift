@@ -47,8 +47,22 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         }
     }
 
+    /// An entry, boxed: the dictionary's slots (a third to a half of them empty) then hold a
+    /// reference, not a value as wide as a registration's record.
+    private final class Entry: Sendable {
+        let value: Value
+        let until: ContinuousClock.Instant
+        let bytes: Int
+
+        init(_ value: Value, until: ContinuousClock.Instant, bytes: Int) {
+            self.value = value
+            self.until = until
+            self.bytes = bytes
+        }
+    }
+
     private struct State {
-        package var entries: [Key: (value: Value, until: ContinuousClock.Instant, bytes: Int)] = [:]
+        var entries: [Key: Entry] = [:]
         /// What the entries weigh together (with `weight`).
         var bytes = 0
         /// The keys of each owner (with `owner`): a registration's entries go without a scan.
@@ -188,7 +202,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             else { return }
             drop(key, from: &state)
             if state.entries.count >= capacity || state.bytes + bytes > maxBytes { shed(&state, making: bytes) }
-            state.entries[key] = (value, until, bytes)
+            state.entries[key] = Entry(value, until: until, bytes: bytes)
             state.bytes += bytes
             if let id { index(key, under: id, in: &state) }
         }

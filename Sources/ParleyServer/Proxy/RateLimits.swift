@@ -131,7 +131,7 @@ final class RateLimiter: Sendable {
     var count: Int { state.withLock { $0.buckets.count } }
 
     private func spend(_ key: String, cost: Double, onlyCheck: Bool) -> Duration? {
-        guard let limit else { return nil }
+        guard limit != nil else { return nil }
         let now = clock.now
         let rate = perSecond
         let full = burst
