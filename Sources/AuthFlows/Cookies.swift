@@ -136,7 +136,7 @@ public enum Cookies {
     public static func header(for url: URLParts, from cookies: [StoredCookie], at now: Date) -> String? {
         let matching = cookies.filter { $0.matches(url, at: now) }.sorted { $0.path.utf8.count > $1.path.utf8.count }
         guard !matching.isEmpty else { return nil }
-        return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ").compacted
+        return matching.map { "\($0.name)=\($0.value)" }.joined(separator: "; ")
     }
 
     public static func domainMatches(host: String, domain: String) -> Bool {
@@ -368,7 +368,8 @@ public final class CookieJarIndex: Sendable {
         }
         let key = Key(host: url.host, secure: url.isSecure, mask: mask)
         if let known = remembered.withLock({ $0.header(for: key) }) { return known }
-        let header = Cookies.header(for: url, from: cookies, at: now)
+        // Kept with the jar: made to its length (`joined` leaves it room to spare).
+        let header = Cookies.header(for: url, from: cookies, at: now)?.compacted
         remembered.withLock { remembered in
             if remembered.count >= Self.maxRemembered { remembered = Remembered() }
             if remembered.header(for: key) == nil { remembered.remember(header, for: key) }

@@ -1,4 +1,5 @@
 public import Conversation
+import Synchronization
 
 private enum OAuth2UsedToken: ConversationContextKey { typealias Value = StoredToken }
 private enum OAuth2Attempts: ConversationContextKey { typealias Value = Int }
@@ -23,7 +24,14 @@ public final class OAuth2Participant: Sendable {
     public let registrationID: String
     public let credentials: UserCredentials?
     /// The verified user a propagation grant speaks for.
-    public let identity: PropagatedIdentity?
+    public var identity: PropagatedIdentity? { verified?.identity }
+    /// Boxed: most registrations have none, and an identity is wider than the rest of this object.
+    private let verified: Verified?
+
+    private final class Verified: Sendable {
+        let identity: PropagatedIdentity
+        init(_ identity: PropagatedIdentity) { self.identity = identity }
+    }
 
     public init(
         broker: OAuth2Broker, endpoint: TokenEndpointClient, registrationID: String, credentials: UserCredentials?,
@@ -33,15 +41,22 @@ public final class OAuth2Participant: Sendable {
         self.endpoint = endpoint
         self.registrationID = registrationID
         self.credentials = credentials
-        self.identity = identity
+        self.verified = identity.map(Verified.init)
     }
 
     var settings: OAuth2Settings { endpoint.settings }
 
+    /// The key of the last request: most of a registration's requests have one scope key, and
+    /// its key (and the key's text, a token cache's key) is then made once, not per request.
+    private let lastKey = Mutex<TokenKey?>(nil)
+
     func key(for url: String) -> TokenKey {
-        TokenKey(
-            destination: settings.destination, registrationID: settings.tokensBelongToDestination ? nil : registrationID,
-            scopeKey: settings.scopeKey(for: url))
+        let scopeKey = settings.scopeKey(for: url)
+        if let last = lastKey.withLock({ $0 }), last.scopeKey == scopeKey { return last }
+        let key = TokenKey(
+            destination: settings.destination, registrationID: settings.tokensBelongToDestination ? nil : registrationID, scopeKey: scopeKey)
+        lastKey.withLock { $0 = key }
+        return key
     }
 
     func obtain(_ key: TokenKey, stale: StoredToken?) async throws -> TokenOutcome {

@@ -10,16 +10,23 @@ public struct TokenKey: Sendable, Hashable, CustomStringConvertible {
     public let destination: String
     public let registrationID: String?
     public let scopeKey: String
+    /// `destination|registration|scope key`, made once (a token cache's key, the cache signal's
+    /// payload) and to its length: a cache keeps it for each registration.
+    public let description: String
 
     public init(destination: String, registrationID: String?, scopeKey: String) {
         self.destination = destination
         self.registrationID = registrationID
         self.scopeKey = scopeKey
+        self.description = "\(destination)|\(registrationID ?? "-")|\(scopeKey)".compacted
     }
 
-    /// `destination|registration|scope key`; a cache keeps it as a key, so it is made to its
-    /// length (an interpolation's string keeps twice that and more).
-    public var description: String { "\(destination)|\(registrationID ?? "-")|\(scopeKey)".compacted }
+    public static func == (a: TokenKey, b: TokenKey) -> Bool {
+        a.destination == b.destination && a.registrationID == b.registrationID && a.scopeKey == b.scopeKey
+    }
+
+    /// Equal keys have equal descriptions: one string hashed, not three.
+    public func hash(into hasher: inout Hasher) { hasher.combine(description) }
 }
 
 /// An OAuth2 token as Parley keeps it (sealed at rest by the store).
