@@ -23,10 +23,16 @@ public struct ConversationContext: Sendable {
 /// What a filter sees of the conversation it runs in.
 public final class Conversation: Sendable {
     public let id: String
-    /// A copy of the manager without the request filters that already ran (nor the
-    /// one running): side requests go through it, as the seed describes.
-    public let manager: ConversationManager
+    /// The manager the conversation runs on …
+    private let base: ConversationManager
+    /// … and how many of its request filters this view leaves out.
+    private let dropped: Int
     private let state: StateBox
+
+    /// The manager without the request filters that already ran (nor the one running): side
+    /// requests go through it, as the seed describes. Made when a filter asks (a CSRF fetch),
+    /// not for every filter of every conversation.
+    public var manager: ConversationManager { dropped == 0 ? base : base.droppingRequestFilters(dropped) }
 
     struct State {
         var context = ConversationContext()
@@ -42,13 +48,15 @@ public final class Conversation: Sendable {
 
     init(id: String, manager: ConversationManager) {
         self.id = id
-        self.manager = manager
+        self.base = manager
+        self.dropped = 0
         self.state = StateBox()
     }
 
-    private init(id: String, manager: ConversationManager, state: StateBox) {
+    private init(id: String, base: ConversationManager, dropped: Int, state: StateBox) {
         self.id = id
-        self.manager = manager
+        self.base = base
+        self.dropped = dropped
         self.state = state
     }
 
@@ -77,8 +85,9 @@ public final class Conversation: Sendable {
         }
     }
 
-    /// The same conversation seen with another manager (for a filter's side requests).
-    func withManager(_ manager: ConversationManager) -> Conversation {
-        Conversation(id: id, manager: manager, state: state)
+    /// The same conversation as the request filter at `count - 1` sees it: its side requests
+    /// go through the manager without that filter and the ones before it.
+    func dropping(_ count: Int) -> Conversation {
+        Conversation(id: id, base: base, dropped: dropped + count, state: state)
     }
 }

@@ -30,20 +30,55 @@ public enum ConversationResult: Sendable {
 /// filters ask, at most `maxRestarts` times. Immutable: the filter chains are
 /// built once, and any number of conversations run on one manager at once.
 public struct ConversationManager: Sendable {
-    public let transport: any Transport
-    public let session: SessionConfiguration
-    public let requestFilters: [any RequestFilter]
-    public let challengeFilters: [any ChallengeFilter]
-    public let responseFilters: [any ResponseFilter]
-    public let observers: [any ConversationObserver]
-    public let maxRestarts: Int
-    public let logger: Logger
+    /// What the manager is, held by reference: a manager is cached per registration and
+    /// handed to every conversation and to every filter's view of one, and a copy is then one
+    /// reference, not some 300 bytes and a dozen retains.
+    private final class Core: Sendable {
+        let transport: any Transport
+        let session: SessionConfiguration
+        let requestFilters: [any RequestFilter]
+        let challengeFilters: [any ChallengeFilter]
+        let responseFilters: [any ResponseFilter]
+        let observers: [any ConversationObserver]
+        let maxRestarts: Int
+        let logger: Logger
+        let propagateTraceContext: Bool
+        let isSideRequestManager: Bool
+
+        init(
+            transport: any Transport, session: SessionConfiguration, requestFilters: [any RequestFilter],
+            challengeFilters: [any ChallengeFilter], responseFilters: [any ResponseFilter], observers: [any ConversationObserver],
+            maxRestarts: Int, logger: Logger, propagateTraceContext: Bool, isSideRequestManager: Bool
+        ) {
+            self.transport = transport
+            self.session = session
+            self.requestFilters = requestFilters
+            self.challengeFilters = challengeFilters
+            self.responseFilters = responseFilters
+            self.observers = observers
+            self.maxRestarts = maxRestarts
+            self.logger = logger
+            self.propagateTraceContext = propagateTraceContext
+            self.isSideRequestManager = isSideRequestManager
+        }
+    }
+
+    private let core: Core
+
+    public var transport: any Transport { core.transport }
+    public var session: SessionConfiguration { core.session }
+    public var requestFilters: [any RequestFilter] { core.requestFilters }
+    public var challengeFilters: [any ChallengeFilter] { core.challengeFilters }
+    public var responseFilters: [any ResponseFilter] { core.responseFilters }
+    public var observers: [any ConversationObserver] { core.observers }
+    public var maxRestarts: Int { core.maxRestarts }
+    public var logger: Logger { core.logger }
     /// Whether exchanges carry W3C trace context (`traceparent`) upstream: the destination's
     /// `propagateTraceContext`. Without a recording span (traces off) nothing is added.
-    public let propagateTraceContext: Bool
+    public var propagateTraceContext: Bool { core.propagateTraceContext }
     /// True for the copy a filter's side requests run on (a CSRF token fetch): an observer
     /// that counts the client's conversations leaves theirs out.
-    public private(set) var isSideRequestManager = false
+    public var isSideRequestManager: Bool { core.isSideRequestManager }
 
     public init(
         transport: any Transport,
@@ -56,25 +91,22 @@ public struct ConversationManager: Sendable {
         logger: Logger = Logger(label: "parley.conversation"),
         propagateTraceContext: Bool = false
     ) {
-        self.transport = transport
-        self.session = session
-        self.requestFilters = requestFilters
-        self.challengeFilters = challengeFilters
-        self.responseFilters = responseFilters
-        self.observers = observers
-        self.maxRestarts = maxRestarts
-        self.logger = logger
-        self.propagateTraceContext = propagateTraceContext
+        self.init(
+            core: Core(
+                transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
+                responseFilters: responseFilters, observers: observers, maxRestarts: maxRestarts, logger: logger,
+                propagateTraceContext: propagateTraceContext, isSideRequestManager: false))
     }
+
+    private init(core: Core) { self.core = core }
 
     /// A copy without the first `count` request filters (the seed's side-request manager).
     public func droppingRequestFilters(_ count: Int) -> ConversationManager {
-        var copy = ConversationManager(
-            transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
-            challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
-            maxRestarts: maxRestarts, logger: logger, propagateTraceContext: propagateTraceContext)
-        copy.isSideRequestManager = true
-        return copy
+        ConversationManager(
+            core: Core(
+                transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
+                challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
+                maxRestarts: maxRestarts, logger: logger, propagateTraceContext: propagateTraceContext, isSideRequestManager: true))
     }
 
     /// Whether a conversation can send its request more than once: a filter that answers a
@@ -115,7 +147,7 @@ public struct ConversationManager: Sendable {
             if outgoing.timeouts == Timeouts() { outgoing.timeouts = session.timeouts }
 
             for (index, filter) in requestFilters.enumerated() {
-                let view = conversation.withManager(droppingRequestFilters(index + 1))
+                let view = conversation.dropping(index + 1)
                 let decision = try await filter.prepare(&outgoing, conversation: view)
                 if case .interactionRequired(let interaction) = decision {
                     finish(conversation, status: nil)

@@ -5,17 +5,11 @@ import Synchronization
 /// a million registrations cost rows, not memory. Eviction happens on access
 /// (no background task), in a full pass now and then.
 public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
-    /// The manager, boxed: a slot of the dictionary (a third to a half of them empty) holds a
-    /// reference and a date, not a manager's few hundred bytes.
-    private final class Boxed: Sendable {
-        let manager: ConversationManager
-        init(_ manager: ConversationManager) { self.manager = manager }
-    }
-
+    /// A manager is a reference (`ConversationManager` keeps its parts in one object): a slot
+    /// of the dictionary, a third to a half of them empty, holds that and a date.
     private struct Entry {
-        let boxed: Boxed
+        var manager: ConversationManager
         var lastUsed: Date
-        var manager: ConversationManager { boxed.manager }
     }
 
     private struct State {
@@ -52,7 +46,7 @@ public final class ManagerCache<Key: Hashable & Sendable>: Sendable {
             if state.entries.count >= capacity, let oldest = state.entries.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
                 state.entries[oldest.key] = nil
             }
-            state.entries[key] = Entry(boxed: Boxed(built), lastUsed: now)
+            state.entries[key] = Entry(manager: built, lastUsed: now)
             return built
         }
     }
