@@ -5,7 +5,10 @@ import ParleyEncoding
 /// A named upstream and how to authenticate to it (the seed's configurator input),
 /// checked once at start: every block is typed, with the seeds' defaults applied.
 /// A block that is absent is off (nil); present, even as `{}`, it is on.
-public struct Destination: Sendable {
+/// A class: it never changes after start, and a proxied request carries it in its context
+/// through every middleware, where a struct of its size was copied (and its many references
+/// retained) at each step.
+public final class Destination: Sendable {
     public let name: String
     /// How Parley's pages name the destination (`displayName`, default: the name).
     public let displayName: String
