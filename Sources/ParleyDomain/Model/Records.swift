@@ -59,34 +59,166 @@ public struct RegistrationUser: Sendable, Equatable {
     public func matchesName(_ signedIn: String) -> Bool { Self.normalized(signedIn) == match }
 }
 
-/// A registration as stored, secrets still sealed.
+/// A registration as stored, secrets still sealed. A value, kept in one shared object until a
+/// copy is changed (copy on write): a proxied request carries its registration through every
+/// middleware, and a cache keeps one per active registration, each a reference.
 public struct RegistrationRecord: Sendable, Equatable {
-    public var id: UUID { didSet { idString = id.uuidString.lowercased() } }
-    public var destination: String
-    public var status: RegistrationStatus
-    public var appcidSealed: [UInt8]?
-    public var deviceType: String?
-    public var deviceModel: String?
-    public var userHint: String?
-    public var returnUrl: String?
-    public var credentialsSealed: [UInt8]?
-    public var clientCertificateSealed: [UInt8]?
-    public var createdAt: Date
+    private struct Fields: Equatable {
+        var id: UUID
+        var destination: String
+        var status: RegistrationStatus
+        var appcidSealed: [UInt8]?
+        var deviceType: String?
+        var deviceModel: String?
+        var userHint: String?
+        var returnUrl: String?
+        var credentialsSealed: [UInt8]?
+        var clientCertificateSealed: [UInt8]?
+        var createdAt: Date
+        var user: RegistrationUser?
+        var identityTokenSealed: [UInt8]?
+        var client: String?
+        var signedInAt: Date?
+        var browserApp: String?
+        /// The id as text, made once (logs and seal bindings use it on every request).
+        var idString: String
+    }
+
+    /// Changed only while no other record shares it (`unique()`).
+    private final class Box: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var box: Box
+
+    private mutating func unique() {
+        if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+    }
+
+    public var id: UUID {
+        get { box.fields.id }
+        set {
+            unique()
+            box.fields.id = newValue
+            box.fields.idString = newValue.uuidString.lowercased()
+        }
+    }
+    public var destination: String {
+        get { box.fields.destination }
+        set {
+            unique()
+            box.fields.destination = newValue
+        }
+    }
+    public var status: RegistrationStatus {
+        get { box.fields.status }
+        set {
+            unique()
+            box.fields.status = newValue
+        }
+    }
+    public var appcidSealed: [UInt8]? {
+        get { box.fields.appcidSealed }
+        set {
+            unique()
+            box.fields.appcidSealed = newValue
+        }
+    }
+    public var deviceType: String? {
+        get { box.fields.deviceType }
+        set {
+            unique()
+            box.fields.deviceType = newValue
+        }
+    }
+    public var deviceModel: String? {
+        get { box.fields.deviceModel }
+        set {
+            unique()
+            box.fields.deviceModel = newValue
+        }
+    }
+    public var userHint: String? {
+        get { box.fields.userHint }
+        set {
+            unique()
+            box.fields.userHint = newValue
+        }
+    }
+    public var returnUrl: String? {
+        get { box.fields.returnUrl }
+        set {
+            unique()
+            box.fields.returnUrl = newValue
+        }
+    }
+    public var credentialsSealed: [UInt8]? {
+        get { box.fields.credentialsSealed }
+        set {
+            unique()
+            box.fields.credentialsSealed = newValue
+        }
+    }
+    public var clientCertificateSealed: [UInt8]? {
+        get { box.fields.clientCertificateSealed }
+        set {
+            unique()
+            box.fields.clientCertificateSealed = newValue
+        }
+    }
+    public var createdAt: Date {
+        get { box.fields.createdAt }
+        set {
+            unique()
+            box.fields.createdAt = newValue
+        }
+    }
     /// Whose credentials these are; nil until a verified token or a first sign-in sets it.
-    public var user: RegistrationUser?
+    public var user: RegistrationUser? {
+        get { box.fields.user }
+        set {
+            unique()
+            box.fields.user = newValue
+        }
+    }
     /// The verified user's identity token (`PropagatedIdentity` as JSON), sealed; kept only for
     /// a destination whose propagation grant speaks for the user.
-    public var identityTokenSealed: [UInt8]?
+    public var identityTokenSealed: [UInt8]? {
+        get { box.fields.identityTokenSealed }
+        set {
+            unique()
+            box.fields.identityTokenSealed = newValue
+        }
+    }
     /// The agent's OAuth client (`client_id`, else `azp`, of its access token) for a registration
     /// an agent's JWT access token created on first use; nil for a thin client's registration.
-    public var client: String?
+    public var client: String? {
+        get { box.fields.client }
+        set {
+            unique()
+            box.fields.client = newValue
+        }
+    }
     /// When a person last completed an interactive sign-in for it (any flow); nil: never.
-    public var signedInAt: Date?
+    public var signedInAt: Date? {
+        get { box.fields.signedInAt }
+        set {
+            unique()
+            box.fields.signedInAt = newValue
+        }
+    }
     /// The browser app a `"browser": true` registration belongs to (its client token is a cookie).
-    public var browserApp: String?
+    public var browserApp: String? {
+        get { box.fields.browserApp }
+        set {
+            unique()
+            box.fields.browserApp = newValue
+        }
+    }
 
     /// The id as text, made once (logs and seal bindings use it on every request).
-    public private(set) var idString: String
+    public var idString: String { box.fields.idString }
 
     public init(
         id: UUID, destination: String, status: RegistrationStatus, appcidSealed: [UInt8]? = nil, deviceType: String?,
@@ -94,24 +226,15 @@ public struct RegistrationRecord: Sendable, Equatable {
         createdAt: Date, user: RegistrationUser? = nil, identityTokenSealed: [UInt8]? = nil, client: String? = nil, signedInAt: Date? = nil,
         browserApp: String? = nil
     ) {
-        self.browserApp = browserApp
-        self.signedInAt = signedInAt
-        self.identityTokenSealed = identityTokenSealed
-        self.client = client
-        self.id = id
-        self.idString = id.uuidString.lowercased()
-        self.destination = destination
-        self.status = status
-        self.appcidSealed = appcidSealed
-        self.deviceType = deviceType
-        self.deviceModel = deviceModel
-        self.userHint = userHint
-        self.returnUrl = returnUrl
-        self.credentialsSealed = credentialsSealed
-        self.clientCertificateSealed = clientCertificateSealed
-        self.createdAt = createdAt
-        self.user = user
+        box = Box(
+            Fields(
+                id: id, destination: destination, status: status, appcidSealed: appcidSealed, deviceType: deviceType,
+                deviceModel: deviceModel, userHint: userHint, returnUrl: returnUrl, credentialsSealed: credentialsSealed,
+                clientCertificateSealed: clientCertificateSealed, createdAt: createdAt, user: user, identityTokenSealed: identityTokenSealed,
+                client: client, signedInAt: signedInAt, browserApp: browserApp, idString: id.uuidString.lowercased()))
     }
+
+    public static func == (a: RegistrationRecord, b: RegistrationRecord) -> Bool { a.box === b.box || a.box.fields == b.box.fields }
 }
 
 /// A flow row: what every kind has. The URL secret exists only as a hash (also sealed, so
