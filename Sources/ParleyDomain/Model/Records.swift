@@ -84,7 +84,7 @@ public struct RegistrationRecord: Sendable, Equatable {
         var idString: String
     }
 
-    /// Changed only while no other record shares it (`unique()`).
+    /// Changed only while no other record shares it (`fields`).
     private final class Box: @unchecked Sendable {
         var fields: Fields
         init(_ fields: Fields) { self.fields = fields }
@@ -92,130 +92,45 @@ public struct RegistrationRecord: Sendable, Equatable {
 
     private var box: Box
 
-    private mutating func unique() {
-        if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+    /// The fields to change, in a box of this record's own (copied first if another shares it);
+    /// reads go to `box.fields` directly.
+    private var fields: Fields {
+        get { box.fields }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+            yield &box.fields
+        }
     }
 
     public var id: UUID {
         get { box.fields.id }
         set {
-            unique()
-            box.fields.id = newValue
-            box.fields.idString = newValue.uuidString.lowercased()
+            fields.id = newValue
+            fields.idString = newValue.uuidString.lowercased()
         }
     }
-    public var destination: String {
-        get { box.fields.destination }
-        set {
-            unique()
-            box.fields.destination = newValue
-        }
-    }
-    public var status: RegistrationStatus {
-        get { box.fields.status }
-        set {
-            unique()
-            box.fields.status = newValue
-        }
-    }
-    public var appcidSealed: [UInt8]? {
-        get { box.fields.appcidSealed }
-        set {
-            unique()
-            box.fields.appcidSealed = newValue
-        }
-    }
-    public var deviceType: String? {
-        get { box.fields.deviceType }
-        set {
-            unique()
-            box.fields.deviceType = newValue
-        }
-    }
-    public var deviceModel: String? {
-        get { box.fields.deviceModel }
-        set {
-            unique()
-            box.fields.deviceModel = newValue
-        }
-    }
-    public var userHint: String? {
-        get { box.fields.userHint }
-        set {
-            unique()
-            box.fields.userHint = newValue
-        }
-    }
-    public var returnUrl: String? {
-        get { box.fields.returnUrl }
-        set {
-            unique()
-            box.fields.returnUrl = newValue
-        }
-    }
-    public var credentialsSealed: [UInt8]? {
-        get { box.fields.credentialsSealed }
-        set {
-            unique()
-            box.fields.credentialsSealed = newValue
-        }
-    }
-    public var clientCertificateSealed: [UInt8]? {
-        get { box.fields.clientCertificateSealed }
-        set {
-            unique()
-            box.fields.clientCertificateSealed = newValue
-        }
-    }
-    public var createdAt: Date {
-        get { box.fields.createdAt }
-        set {
-            unique()
-            box.fields.createdAt = newValue
-        }
-    }
+    public var destination: String { get { box.fields.destination } set { fields.destination = newValue } }
+    public var status: RegistrationStatus { get { box.fields.status } set { fields.status = newValue } }
+    public var appcidSealed: [UInt8]? { get { box.fields.appcidSealed } set { fields.appcidSealed = newValue } }
+    public var deviceType: String? { get { box.fields.deviceType } set { fields.deviceType = newValue } }
+    public var deviceModel: String? { get { box.fields.deviceModel } set { fields.deviceModel = newValue } }
+    public var userHint: String? { get { box.fields.userHint } set { fields.userHint = newValue } }
+    public var returnUrl: String? { get { box.fields.returnUrl } set { fields.returnUrl = newValue } }
+    public var credentialsSealed: [UInt8]? { get { box.fields.credentialsSealed } set { fields.credentialsSealed = newValue } }
+    public var clientCertificateSealed: [UInt8]? { get { box.fields.clientCertificateSealed } set { fields.clientCertificateSealed = newValue } }
+    public var createdAt: Date { get { box.fields.createdAt } set { fields.createdAt = newValue } }
     /// Whose credentials these are; nil until a verified token or a first sign-in sets it.
-    public var user: RegistrationUser? {
-        get { box.fields.user }
-        set {
-            unique()
-            box.fields.user = newValue
-        }
-    }
+    public var user: RegistrationUser? { get { box.fields.user } set { fields.user = newValue } }
     /// The verified user's identity token (`PropagatedIdentity` as JSON), sealed; kept only for
     /// a destination whose propagation grant speaks for the user.
-    public var identityTokenSealed: [UInt8]? {
-        get { box.fields.identityTokenSealed }
-        set {
-            unique()
-            box.fields.identityTokenSealed = newValue
-        }
-    }
+    public var identityTokenSealed: [UInt8]? { get { box.fields.identityTokenSealed } set { fields.identityTokenSealed = newValue } }
     /// The agent's OAuth client (`client_id`, else `azp`, of its access token) for a registration
     /// an agent's JWT access token created on first use; nil for a thin client's registration.
-    public var client: String? {
-        get { box.fields.client }
-        set {
-            unique()
-            box.fields.client = newValue
-        }
-    }
+    public var client: String? { get { box.fields.client } set { fields.client = newValue } }
     /// When a person last completed an interactive sign-in for it (any flow); nil: never.
-    public var signedInAt: Date? {
-        get { box.fields.signedInAt }
-        set {
-            unique()
-            box.fields.signedInAt = newValue
-        }
-    }
+    public var signedInAt: Date? { get { box.fields.signedInAt } set { fields.signedInAt = newValue } }
     /// The browser app a `"browser": true` registration belongs to (its client token is a cookie).
-    public var browserApp: String? {
-        get { box.fields.browserApp }
-        set {
-            unique()
-            box.fields.browserApp = newValue
-        }
-    }
+    public var browserApp: String? { get { box.fields.browserApp } set { fields.browserApp = newValue } }
 
     /// The id as text, made once (logs and seal bindings use it on every request).
     public var idString: String { box.fields.idString }
