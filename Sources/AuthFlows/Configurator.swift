@@ -112,7 +112,8 @@ public struct DestinationConfigurator: Sendable {
         for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api,
         observers extra: [any ConversationObserver] = [], cookieJar: (any CookieStorage)? = nil
     ) -> ConversationManager {
-        // One array where the other is empty (the usual case): none made per registration.
+        // Where one of the two is empty (a browser's manager has no observers of its own), the other is
+        // used as it is: no array made for the manager.
         let observers = extra.isEmpty ? self.observers : self.observers.isEmpty ? extra : self.observers + extra
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
