@@ -127,10 +127,16 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
 
     /// Drops `key`'s entry and its place in the owner index.
     private func drop(_ key: Key, from state: inout State) {
-        guard let entry = state.entries.removeValue(forKey: key) else { return }
-        state.bytes -= entry.bytes
-        guard let owner, let id = owner(entry.value) else { return }
+        guard let entry = dropEntry(key, from: &state), let owner, let id = owner(entry.value) else { return }
         state.owned[id] = state.owned[id]?.removing(key)
+    }
+
+    /// Drops `key`'s entry only (its owner's index goes with the owner).
+    @discardableResult
+    private func dropEntry(_ key: Key, from state: inout State) -> Entry? {
+        guard let entry = state.entries.removeValue(forKey: key) else { return nil }
+        state.bytes -= entry.bytes
+        return entry
     }
 
     /// Files `key` under its owner `id` in the index.
@@ -222,7 +228,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             state.removals &+= 1
             state.ownerRemovedAt[id] = state.removals
             if state.ownerRemovedAt.count > capacity { state.removedInBulk() }
-            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { drop(key, from: &state) }
+            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { dropEntry(key, from: &state) }
         }
     }
 
