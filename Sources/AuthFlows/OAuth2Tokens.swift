@@ -10,23 +10,25 @@ public struct TokenKey: Sendable, Hashable, CustomStringConvertible {
     public let destination: String
     public let registrationID: String?
     public let scopeKey: String
-    /// `destination|registration|scope key`, made once (a token cache's key, the cache signal's
-    /// payload) and to its length: a cache keeps it for each registration.
-    public let description: String
 
     public init(destination: String, registrationID: String?, scopeKey: String) {
         self.destination = destination
         self.registrationID = registrationID
         self.scopeKey = scopeKey
-        self.description = "\(destination)|\(registrationID ?? "-")|\(scopeKey)".compacted
     }
 
-    public static func == (a: TokenKey, b: TokenKey) -> Bool {
-        a.destination == b.destination && a.registrationID == b.registrationID && a.scopeKey == b.scopeKey
+    /// The key `description` names, or nil when it names none: a destination's name has no `|`
+    /// and a registration's id none, so the scope key is whatever follows the second.
+    public init?(description: String) {
+        let parts = description.split(separator: "|", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else { return nil }
+        self.init(destination: String(parts[0]), registrationID: parts[1] == "-" ? nil : String(parts[1]), scopeKey: String(parts[2]))
     }
 
-    /// Equal keys have equal descriptions: one string hashed, not three.
-    public func hash(into hasher: inout Hasher) { hasher.combine(description) }
+    /// `destination|registration|scope key`: the lease's and the cache signal's name of the
+    /// token, and its seal binding. Made when asked, off the proxy path: a proxied call makes a
+    /// key from strings it already holds (no allocation), and the token cache keys by the parts.
+    public var description: String { "\(destination)|\(registrationID ?? "-")|\(scopeKey)" }
 }
 
 /// An OAuth2 token as Parley keeps it (sealed at rest by the store).

@@ -10,12 +10,13 @@ public import Store
 public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     package let store: PostgresStore
     package let keyRing: KeyRing
-    /// Tokens as last read here (nil: none stored), by `TokenKey.description`: the proxy
-    /// path reads a token on every request. Every write announces the key (`t:`), so every
-    /// instance drops its copy; a lost signal suspends the cache.
-    package let cache = InvalidatedCache<String, TokenSlot>(
+    /// Tokens as last read here (nil: none stored), by key: the proxy path reads a token on every
+    /// request. Every write announces the key (`t:`), so every instance drops its copy; a lost
+    /// signal suspends the cache. A cached token has no refresh token: only an exclusive section
+    /// uses one, and it reads the row again (`PooledTokens`).
+    package let cache = InvalidatedCache<TokenKey, TokenSlot>(
         owner: { $0.registrationID.flatMap(UUID.init(uuidString:)) },
-        weight: { 256 + ($0.token.map { $0.accessToken.utf8.count + ($0.refreshToken?.utf8.count ?? 0) } ?? 0) }, maxBytes: Self.cacheBytes)
+        weight: { 192 + ($0.token.map { $0.accessToken.utf8.count } ?? 0) }, maxBytes: Self.cacheBytes)
     /// The most the cached tokens of one instance weigh (about): 128 MiB.
     package static let cacheBytes = 128 << 20
     /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
@@ -30,18 +31,21 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
         self.leaseWait = leaseWait
     }
 
+    /// The token a proxied call sends, without its refresh token (see `cache`).
     public func load(_ key: TokenKey) async throws -> StoredToken? {
-        let name = key.description
-        if let cached = cache.value(for: name) { return cached.token }
+        if let cached = cache.value(for: key) { return cached.token }
         let mark = cache.mark()
-        let token = try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
-        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: name, readSince: mark)
+        let token = try await store.withConnection {
+            try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key, refreshToken: false)
+        }
+        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: key, readSince: mark)
         return token
     }
 
+    /// `key` is a cache signal's (`TokenKey.description`); one that names no key drops every token.
     public func forget(key: String?, registrationID: UUID?) {
         if let key {
-            cache.remove(key)
+            if let parsed = TokenKey(description: key) { cache.remove(parsed) } else { cache.removeAll() }
         } else if let registrationID {
             cache.removeAll(owner: registrationID)
         } else {
@@ -159,15 +163,15 @@ package struct TokenSlot: Sendable {
 package struct PooledTokens: TokenAccess {
     package let store: PostgresStore
     package let keyRing: KeyRing
-    package let cache: InvalidatedCache<String, TokenSlot>
+    package let cache: InvalidatedCache<TokenKey, TokenSlot>
 
     package func load(_ key: TokenKey) async throws -> StoredToken? {
         try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
     }
 
     package func save(_ token: StoredToken, for key: TokenKey, grant: OAuth2Settings.Grant) async throws {
-        cache.remove(key.description)
-        defer { cache.remove(key.description) }
+        cache.remove(key)
+        defer { cache.remove(key) }
         try await store.withTransaction { connection in
             try await ConnectionTokens(connection: connection, keyRing: keyRing).save(token, for: key, grant: grant)
             try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: key)))")
@@ -175,8 +179,8 @@ package struct PooledTokens: TokenAccess {
     }
 
     package func delete(_ key: TokenKey) async throws {
-        cache.remove(key.description)
-        defer { cache.remove(key.description) }
+        cache.remove(key)
+        defer { cache.remove(key) }
         try await store.withTransaction { connection in
             try await ConnectionTokens(connection: connection, keyRing: keyRing).delete(key)
             try await connection.execute("SELECT pg_notify(\(PostgresCacheSignals.channel), \(PostgresCacheSignals.payload(token: key)))")
@@ -202,18 +206,26 @@ package struct ConnectionTokens: TokenAccess {
     }
 
     package func load(_ key: TokenKey) async throws -> StoredToken? {
-        let rows = try await connection.query(
-            """
-            SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))
-            """)
-        guard let row = rows.first else { return nil }
-        return try Self.decode(row, key: key, keyRing: keyRing)
+        try await load(key, refreshToken: true)
     }
 
-    package static func decode(_ row: Row, key: TokenKey, keyRing: KeyRing) throws -> StoredToken {
+    /// Without `refreshToken` the refresh token is neither read nor opened.
+    package func load(_ key: TokenKey, refreshToken: Bool) async throws -> StoredToken? {
+        let sql: SQL =
+            if refreshToken {
+                "SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))"
+            } else {
+                "SELECT access_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))"
+            }
+        let rows = try await connection.query(sql)
+        guard let row = rows.first else { return nil }
+        return try Self.decode(row, key: key, keyRing: keyRing, refreshToken: refreshToken)
+    }
+
+    package static func decode(_ row: Row, key: TokenKey, keyRing: KeyRing, refreshToken: Bool = true) throws -> StoredToken {
         StoredToken(
             accessToken: try keyRing.openString(try row.bytes("access_token_sealed"), associatedData: binding(key, "access")),
-            refreshToken: try row.optionalBytes("refresh_token_sealed").map {
+            refreshToken: !refreshToken ? nil : try row.optionalBytes("refresh_token_sealed").map {
                 try keyRing.openString($0, associatedData: binding(key, "refresh"))
             },
             tokenType: try row.string("token_type"), scopes: try row.optionalString("scopes"), expiresAt: try row.optionalDate("expires_at"))
