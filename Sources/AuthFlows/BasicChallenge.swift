@@ -15,12 +15,15 @@ public struct UserCredentials: Sendable, Equatable, Codable {
 /// conversation and protection space (the seed's `previousFailureCount == 0` rule).
 /// When they fail, the upstream's `401` is delivered as it is.
 public struct BasicChallengeFilter: ChallengeFilter {
-    let credentials: UserCredentials
+    /// Nil: the conversation's party's (one filter then serves every registration of a destination).
+    let credentials: UserCredentials?
 
-    public init(credentials: UserCredentials) { self.credentials = credentials }
+    public init(credentials: UserCredentials? = nil) { self.credentials = credentials }
 
     public func handle(_ challenge: Challenge, conversation: Conversation) async throws -> ChallengeDecision {
-        guard challenge.protectionSpace.method == .basic, challenge.previousFailureCount == 0 else { return .notHandled }
+        guard challenge.protectionSpace.method == .basic, challenge.previousFailureCount == 0,
+            let credentials = credentials ?? (conversation.party as? RegistrationParty)?.credentials
+        else { return .notHandled }
         return .retry(with: .basic(username: credentials.username, password: credentials.password))
     }
 }

@@ -56,19 +56,21 @@ private enum CSRFSessionAtFetch: ConversationContextKey { typealias Value = Stri
 public struct CSRFFilter: RequestFilter, ResponseFilter {
     static let safeMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE"]
     static let maxRefetches = 3
-    let registrationID: String
     let cache: CSRFTokenCache
 
-    public init(registrationID: String, cache: CSRFTokenCache) {
-        self.registrationID = registrationID
+    /// One filter serves every registration of a destination: a token is filed under the
+    /// conversation's party (its registration) and the origin.
+    public init(cache: CSRFTokenCache) {
         self.cache = cache
     }
+
+    private func key(_ origin: String, conversation: Conversation) -> String { (conversation.party?.id ?? "") + "|" + origin }
 
     public func prepare(_ request: inout UpstreamRequest, conversation: Conversation) async throws -> RequestDecision {
         guard !Self.safeMethods.contains(request.method.uppercased()), let origin = URLParts(request.url)?.origin else {
             return .proceed
         }
-        let key = registrationID + "|" + origin
+        let key = key(origin, conversation: conversation)
         // After a refusal the token is fetched in this attempt, never taken from the cache: another
         // conversation may have cached one of a session that has ended since. The session's
         // cookies are noted before the fetch, so that a change during the fetch or the send counts.
@@ -104,7 +106,7 @@ public struct CSRFFilter: RequestFilter, ResponseFilter {
             guard now != conversation[CSRFSessionAtFetch.self] else { return .deliver }
         }
         conversation[CSRFRefetches.self] = refetches + 1
-        cache.set(nil, for: registrationID + "|" + origin)
+        cache.set(nil, for: key(origin, conversation: conversation))
         return .restart(reason: .csrfTokenRequired)
     }
 

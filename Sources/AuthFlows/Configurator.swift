@@ -24,6 +24,29 @@ public struct RegistrationMaterial: Sendable {
     }
 }
 
+/// A registration as its manager's filters see it (`conversation.party`): its id, and the
+/// secrets its grants and challenges use. One per registration's manager; the filters are its
+/// destination's.
+public final class RegistrationParty: ConversationParty {
+    public let id: String
+    public let credentials: UserCredentials?
+    /// The verified user a propagation grant speaks for.
+    public var identity: PropagatedIdentity? { verified?.identity }
+    /// Boxed: most registrations have none, and an identity is wider than the rest of this object.
+    private let verified: Verified?
+
+    private final class Verified: Sendable {
+        let identity: PropagatedIdentity
+        init(_ identity: PropagatedIdentity) { self.identity = identity }
+    }
+
+    public init(_ material: RegistrationMaterial) {
+        id = material.registrationID
+        credentials = material.credentials
+        verified = material.identity.map(Verified.init)
+    }
+}
+
 /// A client certificate as Parley keeps it: checked and converted to PEM once (no key
 /// derivation per connection); rows stored before that keep their PKCS#12 as uploaded.
 public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
@@ -52,7 +75,7 @@ public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
 }
 
 /// Builds a registration's conversation manager from its destination (the seed's
-/// CommonAuthenticationConfigurator). Filters are composed once per manager.
+/// CommonAuthenticationConfigurator). Filters are composed once per destination (`template`) and shared by its registrations' managers.
 public struct DestinationConfigurator: Sendable {
     public let transport: any Transport
     public var cookieRecords: any CookieRecords { cookies.records }
@@ -112,9 +135,18 @@ public struct DestinationConfigurator: Sendable {
         for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api,
         observers extra: [any ConversationObserver] = [], cookieJar: (any CookieStorage)? = nil
     ) -> ConversationManager {
-        // Where one of the two is empty (a browser's manager has no observers of its own), the other is
-        // used as it is: no array made for the manager.
-        let observers = extra.isEmpty ? self.observers : self.observers.isEmpty ? extra : self.observers + extra
+        makeManager(
+            from: template(for: destination, audience: audience, holdingCredentials: registration.credentials != nil, observers: extra),
+            for: destination, registration: registration, audience: audience, cookieJar: cookieJar)
+    }
+
+    /// A registration's manager made from its destination's `template`: what it has of its own
+    /// is its session (its jar, APPCID, certificate) and its party; the filters, observers and
+    /// transport are the template's, shared.
+    public func makeManager(
+        from template: ConversationManager, for destination: Destination, registration: RegistrationMaterial, audience: Audience = .api,
+        cookieJar: (any CookieStorage)? = nil
+    ) -> ConversationManager {
         var headers = HeaderFields()
         if let appcid = registration.appcid { headers.set("X-SMP-APPCID", appcid) }
         var jar: any CookieStorage =
@@ -125,35 +157,21 @@ public struct DestinationConfigurator: Sendable {
             headers: headers,
             tls: tlsOptions(for: destination, registration: registration),
             timeouts: destination.timeouts)
+        return template.serving(RegistrationParty(registration), session: session)
+    }
 
+    /// What the managers of `destination` share, for one audience and for registrations that
+    /// hold credentials or not: the filter chains, the observers (`extra` besides the
+    /// configurator's own), the transport and the logger. Who keeps many managers makes it once
+    /// per destination and kind, and each registration's manager from it (`makeManager(from:…)`).
+    public func template(
+        for destination: Destination, audience: Audience = .api, holdingCredentials: Bool, observers extra: [any ConversationObserver] = []
+    ) -> ConversationManager {
+        let observers = extra.isEmpty ? self.observers : self.observers.isEmpty ? extra : self.observers + extra
         var requestFilters: [any RequestFilter] = []
         var challengeFilters: [any ChallengeFilter] = []
         var responseFilters: [any ResponseFilter] = []
-        if destination.basic != nil, let credentials = registration.credentials {
-            challengeFilters.append(BasicChallengeFilter(credentials: credentials))
-        }
-        guard audience == .api else {
-            return ConversationManager(
-                transport: transport, session: session, requestFilters: [], challengeFilters: challengeFilters, responseFilters: [],
-                observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)
-        }
-        if destination.basic?.form == true { challengeFilters.append(BasicFormChallengeFilter()) }
-        // CSRF before OAuth2: the CSRF fetch runs on a copy without the filters already
-        // run, so it still passes the OAuth2 filter and carries a bearer token.
-        if destination.csrfEnabled {
-            let csrf = CSRFFilter(registrationID: registration.registrationID, cache: csrfTokens)
-            requestFilters.append(csrf)
-            responseFilters.append(csrf)
-        }
-        if let broker = oauth2, let endpoint = tokenEndpoint(for: destination) {
-            let participant = OAuth2Participant(
-                broker: broker, endpoint: endpoint, registrationID: registration.registrationID, credentials: registration.credentials,
-                identity: registration.identity)
-            requestFilters.append(OAuth2RequestFilter(participant))
-            responseFilters.append(OAuth2ResponseFilter(participant))
-        }
-        if let saml2 = destination.saml2 { responseFilters.append(SAML2ChallengeFilter(settings: saml2)) }
-        if let otp = destination.otp { responseFilters.append(OTPChallengeFilter(settings: otp)) }
+        if destination.basic != nil, holdingCredentials { challengeFilters.append(BasicChallengeFilter()) }
         let logger = shared.loggers.withLock { loggers in
             if let known = loggers[destination.name] { return known }
             var logger = self.logger
@@ -161,8 +179,28 @@ public struct DestinationConfigurator: Sendable {
             loggers[destination.name] = logger
             return logger
         }
+        guard audience == .api else {
+            return ConversationManager(
+                transport: transport, challengeFilters: challengeFilters, observers: observers, logger: logger,
+                propagateTraceContext: destination.propagateTraceContext)
+        }
+        if destination.basic?.form == true { challengeFilters.append(BasicFormChallengeFilter()) }
+        // CSRF before OAuth2: the CSRF fetch runs on a copy without the filters already
+        // run, so it still passes the OAuth2 filter and carries a bearer token.
+        if destination.csrfEnabled {
+            let csrf = CSRFFilter(cache: csrfTokens)
+            requestFilters.append(csrf)
+            responseFilters.append(csrf)
+        }
+        if let broker = oauth2, let endpoint = tokenEndpoint(for: destination) {
+            let participant = OAuth2Participant(broker: broker, endpoint: endpoint)
+            requestFilters.append(OAuth2RequestFilter(participant))
+            responseFilters.append(OAuth2ResponseFilter(participant))
+        }
+        if let saml2 = destination.saml2 { responseFilters.append(SAML2ChallengeFilter(settings: saml2)) }
+        if let otp = destination.otp { responseFilters.append(OTPChallengeFilter(settings: otp)) }
         return ConversationManager(
-            transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
+            transport: transport, requestFilters: requestFilters, challengeFilters: challengeFilters,
             responseFilters: responseFilters, observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)
     }
 

@@ -1,5 +1,4 @@
 public import Conversation
-import Synchronization
 
 private enum OAuth2UsedToken: ConversationContextKey { typealias Value = StoredToken }
 private enum OAuth2Attempts: ConversationContextKey { typealias Value = Int }
@@ -15,52 +14,37 @@ extension Conversation {
     fileprivate func renewed(_ key: TokenKey) -> Bool { self[OAuth2Renewed.self]?.contains(key) ?? false }
 }
 
-/// Everything the OAuth2 filters of one registration share.
-/// A class: the request and response filters of one manager share it (one allocation per
-/// registration, where a struct was copied into a box for each).
+/// What the OAuth2 filters of a destination share: one object for every registration of it.
+/// The registration a call is for is the conversation's party (`RegistrationParty`).
 public final class OAuth2Participant: Sendable {
     public let broker: OAuth2Broker
     public let endpoint: TokenEndpointClient
-    public let registrationID: String
-    public let credentials: UserCredentials?
-    /// The verified user a propagation grant speaks for.
-    public var identity: PropagatedIdentity? { verified?.identity }
-    /// Boxed: most registrations have none, and an identity is wider than the rest of this object.
-    private let verified: Verified?
 
-    private final class Verified: Sendable {
-        let identity: PropagatedIdentity
-        init(_ identity: PropagatedIdentity) { self.identity = identity }
-    }
-
-    public init(
-        broker: OAuth2Broker, endpoint: TokenEndpointClient, registrationID: String, credentials: UserCredentials?,
-        identity: PropagatedIdentity? = nil
-    ) {
+    public init(broker: OAuth2Broker, endpoint: TokenEndpointClient) {
         self.broker = broker
         self.endpoint = endpoint
-        self.registrationID = registrationID
-        self.credentials = credentials
-        self.verified = identity.map(Verified.init)
     }
 
     var settings: OAuth2Settings { endpoint.settings }
 
-    /// The key of the last request: most of a registration's requests have one scope key, and
-    /// its key (and the key's text, a token cache's key) is then made once, not per request.
-    private let lastKey = Mutex<TokenKey?>(nil)
-
-    func key(for url: String) -> TokenKey {
-        let scopeKey = settings.scopeKey(for: url)
-        if let last = lastKey.withLock({ $0 }), last.scopeKey == scopeKey { return last }
-        let key = TokenKey(
-            destination: settings.destination, registrationID: settings.tokensBelongToDestination ? nil : registrationID, scopeKey: scopeKey)
-        lastKey.withLock { $0 = key }
-        return key
+    /// The token key of a request to `url` (strings the settings and the party hold: no
+    /// allocation); nil when the destination's tokens are its registrations' and the
+    /// conversation has none.
+    func key(for url: String, party: (any ConversationParty)?) -> TokenKey? {
+        let registrationID: String?
+        if settings.tokensBelongToDestination {
+            registrationID = nil
+        } else {
+            guard let party else { return nil }
+            registrationID = party.id
+        }
+        return TokenKey(destination: settings.destination, registrationID: registrationID, scopeKey: settings.scopeKey(for: url))
     }
 
-    func obtain(_ key: TokenKey, stale: StoredToken?) async throws -> TokenOutcome {
-        try await broker.obtain(key, endpoint: endpoint, credentials: credentials, identity: identity, stale: stale)
+    func obtain(_ key: TokenKey, stale: StoredToken?, party: (any ConversationParty)?) async throws -> TokenOutcome {
+        let registration = party as? RegistrationParty
+        return try await broker.obtain(
+            key, endpoint: endpoint, credentials: registration?.credentials, identity: registration?.identity, stale: stale)
     }
 }
 
@@ -73,10 +57,11 @@ public struct OAuth2RequestFilter: RequestFilter {
     public init(_ participant: OAuth2Participant) { self.participant = participant }
 
     public func prepare(_ request: inout UpstreamRequest, conversation: Conversation) async throws -> RequestDecision {
-        let key = participant.key(for: request.url)
-        guard var token = try await participant.broker.stored(key) else { return .proceed }
+        guard let key = participant.key(for: request.url, party: conversation.party),
+            var token = try await participant.broker.stored(key)
+        else { return .proceed }
         if !participant.broker.isFresh(token) {
-            switch try await participant.obtain(key, stale: token) {
+            switch try await participant.obtain(key, stale: token, party: conversation.party) {
             case .token(let fresh):
                 token = fresh
                 conversation.noteRenewed(key)
@@ -107,10 +92,9 @@ public struct OAuth2ResponseFilter: ResponseFilter {
         guard participant.settings.isChallenge(response) else { return .deliver }
         let attempts = conversation[OAuth2Attempts.self] ?? 0
         guard attempts < 2 else { return .deliver }
-        let key = participant.key(for: request.url)
-        guard !conversation.renewed(key) else { return .deliver }
+        guard let key = participant.key(for: request.url, party: conversation.party), !conversation.renewed(key) else { return .deliver }
         conversation[OAuth2Attempts.self] = attempts + 1
-        switch try await participant.obtain(key, stale: conversation[OAuth2UsedToken.self]) {
+        switch try await participant.obtain(key, stale: conversation[OAuth2UsedToken.self], party: conversation.party) {
         case .token:
             conversation.noteRenewed(key)
             return .restart(reason: .tokenRenewed)

@@ -34,6 +34,9 @@ public final class Conversation: Sendable {
     /// not for every filter of every conversation.
     public var manager: ConversationManager { dropped == 0 ? base : base.droppingRequestFilters(dropped) }
 
+    /// Who the conversation runs for (the manager's party), without making the side-request manager.
+    public var party: (any ConversationParty)? { base.party }
+
     struct State {
         var context = ConversationContext()
         var restarts = 0

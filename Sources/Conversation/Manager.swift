@@ -25,17 +25,23 @@ public enum ConversationResult: Sendable {
     case interactionRequired(InteractionRequest)
 }
 
+/// Who a manager's conversations run for (a registration). Filters and observers read it from
+/// the conversation, so that one filter object serves every registration of a destination: a
+/// registration's manager is then its session and its party, around parts its destination shares.
+public protocol ConversationParty: AnyObject, Sendable {
+    /// The registration's id as text (what its tokens, CSRF tokens and cookies are filed under).
+    var id: String { get }
+}
+
 /// The server-side HttpConversationManager: runs conversations through request
 /// filters, the transport, challenge filters and response filters, restarting as
 /// filters ask, at most `maxRestarts` times. Immutable: the filter chains are
 /// built once, and any number of conversations run on one manager at once.
 public struct ConversationManager: Sendable {
-    /// What the manager is, held by reference: a manager is cached per registration and
-    /// handed to every conversation and to every filter's view of one, and a copy is then one
-    /// reference, not some 300 bytes and a dozen retains.
-    private final class Core: Sendable {
+    /// What the managers of one destination share: the transport, the filter chains, the
+    /// observers, and how conversations run.
+    private final class Shared: Sendable {
         let transport: any Transport
-        let session: SessionConfiguration
         let requestFilters: [any RequestFilter]
         let challengeFilters: [any ChallengeFilter]
         let responseFilters: [any ResponseFilter]
@@ -46,12 +52,11 @@ public struct ConversationManager: Sendable {
         let isSideRequestManager: Bool
 
         init(
-            transport: any Transport, session: SessionConfiguration, requestFilters: [any RequestFilter],
-            challengeFilters: [any ChallengeFilter], responseFilters: [any ResponseFilter], observers: [any ConversationObserver],
-            maxRestarts: Int, logger: Logger, propagateTraceContext: Bool, isSideRequestManager: Bool
+            transport: any Transport, requestFilters: [any RequestFilter], challengeFilters: [any ChallengeFilter],
+            responseFilters: [any ResponseFilter], observers: [any ConversationObserver], maxRestarts: Int, logger: Logger,
+            propagateTraceContext: Bool, isSideRequestManager: Bool
         ) {
             self.transport = transport
-            self.session = session
             self.requestFilters = requestFilters
             self.challengeFilters = challengeFilters
             self.responseFilters = responseFilters
@@ -61,24 +66,48 @@ public struct ConversationManager: Sendable {
             self.propagateTraceContext = propagateTraceContext
             self.isSideRequestManager = isSideRequestManager
         }
+
+        func droppingRequestFilters(_ count: Int) -> Shared {
+            Shared(
+                transport: transport, requestFilters: Array(requestFilters.dropFirst(count)), challengeFilters: challengeFilters,
+                responseFilters: responseFilters, observers: observers, maxRestarts: maxRestarts, logger: logger,
+                propagateTraceContext: propagateTraceContext, isSideRequestManager: true)
+        }
+    }
+
+    /// What the manager is, held by reference: a manager is cached per registration and handed
+    /// to every conversation and to every filter's view of one, and a copy is then one
+    /// reference. Its own part is the session and the party; the rest is its destination's.
+    private final class Core: Sendable {
+        let shared: Shared
+        let session: SessionConfiguration
+        let party: (any ConversationParty)?
+
+        init(shared: Shared, session: SessionConfiguration, party: (any ConversationParty)?) {
+            self.shared = shared
+            self.session = session
+            self.party = party
+        }
     }
 
     private let core: Core
 
-    public var transport: any Transport { core.transport }
+    public var transport: any Transport { core.shared.transport }
     public var session: SessionConfiguration { core.session }
-    public var requestFilters: [any RequestFilter] { core.requestFilters }
-    public var challengeFilters: [any ChallengeFilter] { core.challengeFilters }
-    public var responseFilters: [any ResponseFilter] { core.responseFilters }
-    public var observers: [any ConversationObserver] { core.observers }
-    public var maxRestarts: Int { core.maxRestarts }
-    public var logger: Logger { core.logger }
+    /// Who the conversations run for; nil for a manager of no registration.
+    public var party: (any ConversationParty)? { core.party }
+    public var requestFilters: [any RequestFilter] { core.shared.requestFilters }
+    public var challengeFilters: [any ChallengeFilter] { core.shared.challengeFilters }
+    public var responseFilters: [any ResponseFilter] { core.shared.responseFilters }
+    public var observers: [any ConversationObserver] { core.shared.observers }
+    public var maxRestarts: Int { core.shared.maxRestarts }
+    public var logger: Logger { core.shared.logger }
     /// Whether exchanges carry W3C trace context (`traceparent`) upstream: the destination's
     /// `propagateTraceContext`. Without a recording span (traces off) nothing is added.
-    public var propagateTraceContext: Bool { core.propagateTraceContext }
+    public var propagateTraceContext: Bool { core.shared.propagateTraceContext }
     /// True for the copy a filter's side requests run on (a CSRF token fetch): an observer
     /// that counts the client's conversations leaves theirs out.
-    public var isSideRequestManager: Bool { core.isSideRequestManager }
+    public var isSideRequestManager: Bool { core.shared.isSideRequestManager }
 
     public init(
         transport: any Transport,
@@ -89,24 +118,29 @@ public struct ConversationManager: Sendable {
         observers: [any ConversationObserver] = [],
         maxRestarts: Int = 4,
         logger: Logger = Logger(label: "parley.conversation"),
-        propagateTraceContext: Bool = false
+        propagateTraceContext: Bool = false,
+        party: (any ConversationParty)? = nil
     ) {
         self.init(
             core: Core(
-                transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
-                responseFilters: responseFilters, observers: observers, maxRestarts: maxRestarts, logger: logger,
-                propagateTraceContext: propagateTraceContext, isSideRequestManager: false))
+                shared: Shared(
+                    transport: transport, requestFilters: requestFilters, challengeFilters: challengeFilters,
+                    responseFilters: responseFilters, observers: observers, maxRestarts: maxRestarts, logger: logger,
+                    propagateTraceContext: propagateTraceContext, isSideRequestManager: false),
+                session: session, party: party))
     }
 
     private init(core: Core) { self.core = core }
 
+    /// A manager with this one's filters, observers and transport (the same objects, shared)
+    /// and a session and party of its own: a registration's manager made from its destination's.
+    public func serving(_ party: (any ConversationParty)?, session: SessionConfiguration) -> ConversationManager {
+        ConversationManager(core: Core(shared: core.shared, session: session, party: party))
+    }
+
     /// A copy without the first `count` request filters (the seed's side-request manager).
     public func droppingRequestFilters(_ count: Int) -> ConversationManager {
-        ConversationManager(
-            core: Core(
-                transport: transport, session: session, requestFilters: Array(requestFilters.dropFirst(count)),
-                challengeFilters: challengeFilters, responseFilters: responseFilters, observers: observers,
-                maxRestarts: maxRestarts, logger: logger, propagateTraceContext: propagateTraceContext, isSideRequestManager: true))
+        ConversationManager(core: Core(shared: core.shared.droppingRequestFilters(count), session: core.session, party: core.party))
     }
 
     /// Whether a conversation can send its request more than once: a filter that answers a

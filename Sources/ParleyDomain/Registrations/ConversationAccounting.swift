@@ -9,8 +9,8 @@ package import Foundation
 /// counted on their own.
 package struct ConversationAccounting: ConversationObserver {
     /// What the registrations of one destination share (one per destination and kind of
-    /// registration), so that a registration's observer is a reference and its id: it lives as
-    /// long as the registration's manager, 100,000 of them on a busy instance.
+    /// registration): the observer itself is shared by their managers, and the registration a
+    /// conversation counts for is its party.
     package final class Shared: Sendable {
         let destination: String
         /// A `401` counts as a failed login: Basic with credentials Parley holds.
@@ -42,15 +42,19 @@ package struct ConversationAccounting: ConversationObserver {
             shared = destinations.mapValues { (holding: observed($0, holding: true), other: observed($0, holding: false)) }
         }
 
-        package func observer(for registration: RegistrationRecord, of destination: Destination) -> [any ConversationObserver] {
+        /// The observers of the managers of `destination`'s registrations that hold credentials or not.
+        package func observers(of destination: Destination, holdingCredentials holds: Bool) -> [any ConversationObserver] {
             guard let pair = shared[destination.name] else { return [] }
-            let holds = registration.credentialsSealed != nil
-            return [ConversationAccounting(shared: holds ? pair.holding : pair.other, registrationID: registration.id)]
+            return [ConversationAccounting(shared: holds ? pair.holding : pair.other)]
         }
     }
 
     package let shared: Shared
-    package let registrationID: UUID
+
+    /// The failed-login limiter's key: the conversation's registration (nil for none: nothing is counted).
+    private func attempt(_ conversation: Conversation) -> LoginAttempt? {
+        conversation.party.flatMap { UUID(uuidString: $0.id) }.map { LoginAttempt(registration: $0) }
+    }
 
     private enum Started: ConversationContextKey { typealias Value = ContinuousClock.Instant }
 
@@ -60,16 +64,16 @@ package struct ConversationAccounting: ConversationObserver {
         case .sending(_, _, let attempt) where attempt == 0:
             conversation[Started.self] = .now
         case .finished(let status?):
-            if status == 401 && shared.countsUnauthorized {
-                shared.limits.recordFailedLogin(LoginAttempt(registration: registrationID))
+            if status == 401 && shared.countsUnauthorized, let attempt = attempt(conversation) {
+                shared.limits.recordFailedLogin(attempt)
             }
             shared.metrics.increment(.upstreamResponses, [("destination", shared.destination), ("status", Metrics.statusClass(status))])
             if let started = conversation[Started.self] { shared.metrics.observeUpstream(destination: shared.destination, duration: .now - started) }
         case .failed(let error):
             // A problem a filter raised on purpose (interaction, refusal) is an answer, not an upstream error.
             if shared.errorNames.isAnswer(error) { return }
-            if let refused = error as? OAuth2Error, refused.code == .refused {
-                shared.limits.recordFailedLogin(LoginAttempt(registration: registrationID))
+            if let refused = error as? OAuth2Error, refused.code == .refused, let attempt = attempt(conversation) {
+                shared.limits.recordFailedLogin(attempt)
             }
             shared.metrics.increment(.upstreamErrors, [("destination", shared.destination), ("kind", shared.errorNames.code(error))])
         default:
@@ -77,9 +81,8 @@ package struct ConversationAccounting: ConversationObserver {
         }
     }
 
-    package init(shared: Shared, registrationID: UUID) {
+    package init(shared: Shared) {
         self.shared = shared
-        self.registrationID = registrationID
     }
 }
 

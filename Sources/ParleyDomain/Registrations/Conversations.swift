@@ -1,6 +1,7 @@
 package import AuthFlows
 package import Conversation
 package import Foundation
+import Synchronization
 
 /// The per-registration conversation managers of this instance: built lazily from the
 /// destination's settings and the registration's secrets, evicted when idle or told.
@@ -17,8 +18,21 @@ package struct Conversations: Sendable {
     package let hostedBase: @Sendable (String) -> String
     /// Where a flow's browser keeps what the upstream sets until the flow completes.
     package let staging: CookieStaging
-    /// What watches a registration's API conversations (`ConversationAccounting`).
-    package let accounting: @Sendable (RegistrationRecord, Destination) -> [any ConversationObserver]
+    /// What watches the API conversations of a destination's registrations that hold
+    /// credentials or not (`ConversationAccounting`).
+    package let accounting: @Sendable (Destination, Bool) -> [any ConversationObserver]
+    /// What the API managers of a destination's registrations share (`DestinationConfigurator.template`):
+    /// made once per destination and kind, so that a registration's manager is its session and party.
+    private let templates = Templates()
+
+    private final class Templates: Sendable {
+        struct Key: Hashable {
+            let destination: String
+            let holdingCredentials: Bool
+        }
+
+        let made = Mutex<[Key: ConversationManager]>([:])
+    }
 
     /// The registration's destination, or `400` when the configuration no longer has it.
     package func destination(of registration: RegistrationRecord) throws(RegistrationError) -> Destination {
@@ -32,8 +46,22 @@ package struct Conversations: Sendable {
     package func manager(for registration: RegistrationRecord) throws -> ConversationManager {
         let destination = try destination(of: registration)
         return try managers.manager(for: registration.id) {
-            configurator.makeManager(
-                for: destination, registration: try secrets.material(of: registration), observers: accounting(registration, destination))
+            let material = try secrets.material(of: registration)
+            return configurator.makeManager(
+                from: template(for: destination, holdingCredentials: material.credentials != nil), for: destination, registration: material)
+        }
+    }
+
+    /// The template of `destination`'s API managers, made on first use.
+    private func template(for destination: Destination, holdingCredentials: Bool) -> ConversationManager {
+        let key = Templates.Key(destination: destination.name, holdingCredentials: holdingCredentials)
+        if let made = templates.made.withLock({ $0[key] }) { return made }
+        let template = configurator.template(
+            for: destination, holdingCredentials: holdingCredentials, observers: accounting(destination, holdingCredentials))
+        return templates.made.withLock { made in
+            if let raced = made[key] { return raced }
+            made[key] = template
+            return template
         }
     }
 
@@ -82,7 +110,7 @@ package struct Conversations: Sendable {
         configurator.tokenEndpoint(for: destination)
     }
 
-    package init(destinations: [String: Destination], configurator: DestinationConfigurator, managers: ManagerCache<UUID>, browserManagers: ManagerCache<UUID>, secrets: Secrets, cookies: any CookieRepository, csrfTokens: CSRFTokenCache, hostedBase: @escaping @Sendable (String) -> String, staging: CookieStaging, accounting: @escaping @Sendable (RegistrationRecord, Destination) -> [any ConversationObserver]) {
+    package init(destinations: [String: Destination], configurator: DestinationConfigurator, managers: ManagerCache<UUID>, browserManagers: ManagerCache<UUID>, secrets: Secrets, cookies: any CookieRepository, csrfTokens: CSRFTokenCache, hostedBase: @escaping @Sendable (String) -> String, staging: CookieStaging, accounting: @escaping @Sendable (Destination, Bool) -> [any ConversationObserver]) {
         self.destinations = destinations
         self.configurator = configurator
         self.managers = managers

@@ -75,8 +75,8 @@ func composeDomain(
         browserManagers: ManagerCache(idleTimeout: configuration.timeouts.managerIdle, clock: d.clock), secrets: secrets, cookies: d.cookies,
         csrfTokens: csrfTokens, hostedBase: { [binding] in binding.base($0) }, staging: staging,
         accounting: { [accounting = ConversationAccounting.Factory(
-            destinations: configuration.destinations, limits: limits, metrics: metrics, errorNames: .contract)] registration, destination in
-            accounting.observer(for: registration, of: destination)
+            destinations: configuration.destinations, limits: limits, metrics: metrics, errorNames: .contract)] destination, holdingCredentials in
+            accounting.observers(of: destination, holdingCredentials: holdingCredentials)
         })
     let invalidation = CacheInvalidation(news: news, conversations: conversations)
     let registrar = SMPRegistrar(conversations: conversations, errorNames: .contract)
