@@ -69,13 +69,45 @@ import ParleyDomain
         #expect(cache.value(for: "b2") == bob, "bob's read is not held back by alice's removal")
         cache.set(alice, for: "a3", readSince: cache.mark())
         #expect(cache.value(for: "a3") == alice)
-        // An entry replaced by another owner's, or gone, leaves the index with it.
+        // An entry replaced by another owner's is that owner's; one removed stays removed.
         cache.set(bob, for: "a3", readSince: cache.mark())
         cache.removeAll(owner: alice)
         #expect(cache.value(for: "a3") == bob)
         cache.remove("b1")
         cache.removeAll(owner: bob)
         #expect(cache.value(for: "a3") == nil && cache.value(for: "b2") == nil)
+    }
+
+    /// An owner's entries are made stale, not dropped, by its removal: they stay stale through
+    /// everything that forgets removals of single keys, and the cache's weight counts them until
+    /// they are looked up (or shed, or expire).
+    @Test func anOwnersRemovalOutlivesTheRecordOfSingleKeys() {
+        let alice = UUID(), bob = UUID()
+        let cache = InvalidatedCache<Int, UUID>(capacity: 10, enabled: true, owner: { $0 }, weight: { _ in 1 })
+        cache.set(alice, for: 1, readSince: cache.mark())
+        cache.set(bob, for: 2, readSince: cache.mark())
+        cache.removeAll(owner: alice)
+        #expect(cache.bytes == 2, "alice's entry is stale, not yet dropped")
+        for key in 100..<150 { cache.remove(key) }  // past `capacity`: the record of keys is forgotten
+        #expect(cache.value(for: 1) == nil, "still alice's stale entry")
+        #expect(cache.value(for: 2) == bob)
+        #expect(cache.bytes == 1, "dropped when looked up")
+        cache.set(alice, for: 1, readSince: cache.mark())
+        #expect(cache.value(for: 1) == alice, "read after the removal: cached")
+    }
+
+    /// Owners' removals older than the cache's lifetime are forgotten (no entry stored before
+    /// them is alive), but a read begun before one of them is still refused.
+    @Test func aForgottenOwnersRemovalStillRefusesAnEarlierRead() {
+        let alice = UUID()
+        let cache = InvalidatedCache<Int, UUID>(lifetime: .zero, enabled: true, owner: { $0 }, weight: { _ in 1 })
+        let mark = cache.mark()
+        cache.removeAll(owner: alice)
+        for _ in 0..<1100 { cache.removeAll(owner: UUID()) }  // the record is pruned of the old ones
+        cache.set(alice, for: 1, readSince: mark)
+        #expect(cache.bytes == 0, "read before alice's removal: not stored")
+        cache.set(alice, for: 2, readSince: cache.mark())
+        #expect(cache.bytes == 1, "read after it: stored")
     }
 
     /// At its bound the cache sheds an eighth, not everything: emptied at once, every caller

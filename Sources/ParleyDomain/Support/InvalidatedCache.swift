@@ -17,47 +17,23 @@ public protocol CacheStatisticsSource: Sendable {
 /// While the signal is lost the cache is suspended: it holds and serves nothing, so no
 /// instance acts on a view it cannot hear about. `lifetime` is only a safety net.
 package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: CacheStatisticsSource {
-    /// The keys one owner (a registration) has in the cache: almost always one.
-    private enum Owned {
-        case one(Key)
-        case many([Key])
-
-        var keys: [Key] {
-            switch self {
-            case .one(let key): [key]
-            case .many(let keys): keys
-            }
-        }
-
-        func adding(_ key: Key) -> Owned {
-            switch self {
-            case .one(let existing): existing == key ? self : .many([existing, key])
-            case .many(let keys): keys.contains(key) ? self : .many(keys + [key])
-            }
-        }
-
-        /// Nil when nothing is left.
-        func removing(_ key: Key) -> Owned? {
-            switch self {
-            case .one(let existing): return existing == key ? nil : self
-            case .many(let keys):
-                let left = keys.filter { $0 != key }
-                return left.count == 1 ? .one(left[0]) : left.isEmpty ? nil : .many(left)
-            }
-        }
-    }
-
     /// An entry, boxed: the dictionary's slots (a third to a half of them empty) then hold a
     /// reference, not a value as wide as a registration's record.
     private final class Entry: Sendable {
         let value: Value
         let until: ContinuousClock.Instant
         let bytes: Int
+        /// Whose it is, and the removal count when it was stored: a later removal of its owner
+        /// makes it stale (`removeAll(owner:)` drops it when it is next looked up, not at once).
+        let owner: UUID?
+        let stored: UInt64
 
-        init(_ value: Value, until: ContinuousClock.Instant, bytes: Int) {
+        init(_ value: Value, until: ContinuousClock.Instant, bytes: Int, owner: UUID?, stored: UInt64) {
             self.value = value
             self.until = until
             self.bytes = bytes
+            self.owner = owner
+            self.stored = stored
         }
     }
 
@@ -65,10 +41,12 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         var entries: [Key: Entry] = [:]
         /// What the entries weigh together (with `weight`).
         var bytes = 0
-        /// The keys of each owner (with `owner`): a registration's entries go without a scan.
-        var owned: [UUID: Owned] = [:]
-        /// The count at each owner's last removal (as `removedAt`), bounded by `capacity`.
-        var ownerRemovedAt: [UUID: UInt64] = [:]
+        /// The count and time of each owner's last removal (as `removedAt`) within the last
+        /// `lifetime`: an entry stored before it is stale. Older ones are forgotten (every entry
+        /// stored before them has expired); beyond `capacity` of them, everything goes.
+        var ownerRemovedAt: [UUID: (count: UInt64, at: ContinuousClock.Instant)] = [:]
+        /// When `ownerRemovedAt` is next pruned of the old ones.
+        var pruneOwnersAt = 1024
         /// Until the signal is up, nothing is cached.
         package var enabled = false
         /// Removals so far, counted: a value read before the removal of its key is never
@@ -85,11 +63,12 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
             if removedAt.count > capacity { removedInBulk() }
         }
 
+        /// Every read begun before now is refused; the owners' removals stay (entries stored
+        /// before them are still stale) until the entries go too (`empty`).
         package mutating func removedInBulk() {
             removals &+= 1
             bulkRemoval = removals
             removedAt.removeAll(keepingCapacity: true)
-            ownerRemovedAt.removeAll(keepingCapacity: true)
         }
     }
 
@@ -103,7 +82,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     private let lifetime: Duration
     private let capacity: Int
 
-    /// Whose an entry is (a registration): `removeAll(owner:)` then finds its keys without a scan.
+    /// Whose an entry is (a registration): `removeAll(owner:)` makes its entries stale without a scan.
     private let owner: (@Sendable (Value) -> UUID?)?
     /// What an entry weighs in bytes, about; with `maxBytes` the cache is bounded by memory as well
     /// as by count (a registration's cookie jar may be large).
@@ -125,40 +104,26 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     /// What the entries weigh together now (0 without `weight`).
     package var bytes: Int { state.withLock { $0.bytes } }
 
-    /// Drops `key`'s entry and its place in the owner index.
+    /// Drops `key`'s entry.
     private func drop(_ key: Key, from state: inout State) {
-        guard let entry = dropEntry(key, from: &state), let owner, let id = owner(entry.value) else { return }
-        state.owned[id] = state.owned[id]?.removing(key)
-    }
-
-    /// Drops `key`'s entry only (its owner's index goes with the owner).
-    @discardableResult
-    private func dropEntry(_ key: Key, from state: inout State) -> Entry? {
-        guard let entry = state.entries.removeValue(forKey: key) else { return nil }
+        guard let entry = state.entries.removeValue(forKey: key) else { return }
         state.bytes -= entry.bytes
-        return entry
     }
 
-    /// Files `key` under its owner `id` in the index.
-    private func index(_ key: Key, under id: UUID, in state: inout State) {
-        state.owned[id] = state.owned[id].map { $0.adding(key) } ?? .one(key)
+    /// Whether `entry` is still good: not expired, and its owner not removed since it was stored.
+    private func isCurrent(_ entry: Entry, in state: State, now: ContinuousClock.Instant) -> Bool {
+        guard entry.until > now else { return false }
+        guard let id = entry.owner, let removed = state.ownerRemovedAt[id] else { return true }
+        return removed.count <= entry.stored
     }
 
-    /// The owner index and the weight again from the entries (after a pass that removed many).
-    private func reindex(_ state: inout State) {
-        state.bytes = state.entries.values.reduce(0) { $0 + $1.bytes }
-        guard let owner else { return }
-        state.owned.removeAll(keepingCapacity: true)
-        for (key, entry) in state.entries {
-            if let id = owner(entry.value) { index(key, under: id, in: &state) }
-        }
-    }
-
-    /// Nothing cached, nothing indexed.
+    /// Nothing cached, so no owner's removal matters to an entry (to a read begun before it,
+    /// `removedInBulk` answers).
     private func empty(_ state: inout State) {
         state.entries.removeAll()
-        state.owned.removeAll()
         state.bytes = 0
+        state.ownerRemovedAt.removeAll()
+        state.pruneOwnersAt = 1024
     }
 
     /// Full by count or by bytes: the expired go first; if that is not an eighth, an eighth goes
@@ -166,8 +131,8 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     /// bound would send every caller to the database in the same moment.
     private func shed(_ state: inout State, making room: Int) {
         let now = ContinuousClock.now
-        state.entries = state.entries.filter { $0.value.until > now }
-        reindex(&state)
+        state.entries = state.entries.filter { isCurrent($0.value, in: state, now: now) }
+        state.bytes = state.entries.values.reduce(0) { $0 + $1.bytes }
         let keepCount = capacity - capacity / 8
         let keepBytes = maxBytes == .max ? Int.max : maxBytes - maxBytes / 8
         guard state.entries.count > keepCount || state.bytes + room > keepBytes else { return }
@@ -181,7 +146,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         let now = ContinuousClock.now
         let found = state.withLock { state -> Value? in
             guard state.enabled, let entry = state.entries[key] else { return nil }
-            guard entry.until > now else {
+            guard isCurrent(entry, in: state, now: now) else {
                 drop(key, from: &state)
                 return nil
             }
@@ -204,13 +169,12 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         guard bytes <= maxBytes / 8 else { return }  // one entry never takes more than an eighth
         state.withLock { state in
             guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark,
-                id.map({ state.ownerRemovedAt[$0, default: 0] <= mark }) ?? true
+                id.map({ (state.ownerRemovedAt[$0]?.count ?? 0) <= mark }) ?? true
             else { return }
             drop(key, from: &state)
             if state.entries.count >= capacity || state.bytes + bytes > maxBytes { shed(&state, making: bytes) }
-            state.entries[key] = Entry(value, until: until, bytes: bytes)
+            state.entries[key] = Entry(value, until: until, bytes: bytes, owner: id, stored: state.removals)
             state.bytes += bytes
-            if let id { index(key, under: id, in: &state) }
         }
     }
 
@@ -221,14 +185,28 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         }
     }
 
-    /// Every entry of `id` (needs `owner`), without a scan; a value of its read before this is
-    /// never stored after it, whatever its key.
+    /// Every entry of `id` (needs `owner`), without a scan and without an index of each owner's
+    /// keys (at 100,000 registrations such an index cost more than a cached token): its entries
+    /// are stale from now on, each dropped when it is next looked up, shed or expired. A value of
+    /// its read before this is never stored after it, whatever its key.
     package func removeAll(owner id: UUID) {
+        let now = ContinuousClock.now
         state.withLock { state in
             state.removals &+= 1
-            state.ownerRemovedAt[id] = state.removals
-            if state.ownerRemovedAt.count > capacity { state.removedInBulk() }
-            for key in state.owned.removeValue(forKey: id)?.keys ?? [] { dropEntry(key, from: &state) }
+            state.ownerRemovedAt[id] = (state.removals, now)
+            guard state.ownerRemovedAt.count >= state.pruneOwnersAt else { return }
+            // Removals older than `lifetime` matter to no entry (all stored before them have
+            // expired), only to a read begun that long ago: those are refused from now on.
+            let horizon = now - lifetime
+            for (owner, removed) in state.ownerRemovedAt where removed.at < horizon {
+                state.bulkRemoval = max(state.bulkRemoval, removed.count)
+                state.ownerRemovedAt[owner] = nil
+            }
+            if state.ownerRemovedAt.count > capacity {
+                state.removedInBulk()
+                empty(&state)
+            }
+            state.pruneOwnersAt = max(1024, state.ownerRemovedAt.count * 2)
         }
     }
 
