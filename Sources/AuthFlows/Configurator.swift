@@ -179,9 +179,13 @@ public struct DestinationConfigurator: Sendable {
             loggers[destination.name] = logger
             return logger
         }
+        // The destination's TLS options and timeouts: a registration's manager without its own
+        // certificate shares them with the template (`ConversationManager.serving`).
+        let session = SessionConfiguration(
+            tls: tlsOptions(for: destination, registration: RegistrationMaterial(registrationID: "")), timeouts: destination.timeouts)
         guard audience == .api else {
             return ConversationManager(
-                transport: transport, challengeFilters: challengeFilters, observers: observers, logger: logger,
+                transport: transport, session: session, challengeFilters: challengeFilters, observers: observers, logger: logger,
                 propagateTraceContext: destination.propagateTraceContext)
         }
         if destination.basic?.form == true { challengeFilters.append(BasicFormChallengeFilter()) }
@@ -200,7 +204,7 @@ public struct DestinationConfigurator: Sendable {
         if let saml2 = destination.saml2 { responseFilters.append(SAML2ChallengeFilter(settings: saml2)) }
         if let otp = destination.otp { responseFilters.append(OTPChallengeFilter(settings: otp)) }
         return ConversationManager(
-            transport: transport, requestFilters: requestFilters, challengeFilters: challengeFilters,
+            transport: transport, session: session, requestFilters: requestFilters, challengeFilters: challengeFilters,
             responseFilters: responseFilters, observers: observers, logger: logger, propagateTraceContext: destination.propagateTraceContext)
     }
 

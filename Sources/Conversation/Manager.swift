@@ -78,15 +78,43 @@ public struct ConversationManager: Sendable {
     /// What the manager is, held by reference: a manager is cached per registration and handed
     /// to every conversation and to every filter's view of one, and a copy is then one
     /// reference. Its own part is the session and the party; the rest is its destination's.
+    ///
+    /// The session is kept in parts: the jar and headers are the registration's; its TLS options
+    /// and timeouts are usually its destination's (the template's), and only where they differ
+    /// (a registration's own client certificate) does it hold them, boxed.
     private final class Core: Sendable {
         let shared: Shared
-        let session: SessionConfiguration
         let party: (any ConversationParty)?
+        let cookieJar: (any CookieStorage)?
+        let headers: HeaderFields
+        /// The template's session (`tls`, `timeouts`), or this manager's own where they differ.
+        let settings: Settings
 
-        init(shared: Shared, session: SessionConfiguration, party: (any ConversationParty)?) {
+        final class Settings: Sendable {
+            let tls: TLSOptions
+            let timeouts: Timeouts
+
+            init(tls: TLSOptions, timeouts: Timeouts) {
+                self.tls = tls
+                self.timeouts = timeouts
+            }
+        }
+
+        /// `settings` are reused when the session's are the same.
+        init(shared: Shared, session: SessionConfiguration, party: (any ConversationParty)?, settings known: Settings? = nil) {
             self.shared = shared
-            self.session = session
             self.party = party
+            cookieJar = session.cookieJar
+            headers = session.headers
+            if let known, known.tls == session.tls, known.timeouts == session.timeouts {
+                settings = known
+            } else {
+                settings = Settings(tls: session.tls, timeouts: session.timeouts)
+            }
+        }
+
+        var session: SessionConfiguration {
+            SessionConfiguration(cookieJar: cookieJar, headers: headers, tls: settings.tls, timeouts: settings.timeouts)
         }
     }
 
@@ -135,12 +163,13 @@ public struct ConversationManager: Sendable {
     /// A manager with this one's filters, observers and transport (the same objects, shared)
     /// and a session and party of its own: a registration's manager made from its destination's.
     public func serving(_ party: (any ConversationParty)?, session: SessionConfiguration) -> ConversationManager {
-        ConversationManager(core: Core(shared: core.shared, session: session, party: party))
+        ConversationManager(core: Core(shared: core.shared, session: session, party: party, settings: core.settings))
     }
 
     /// A copy without the first `count` request filters (the seed's side-request manager).
     public func droppingRequestFilters(_ count: Int) -> ConversationManager {
-        ConversationManager(core: Core(shared: core.shared.droppingRequestFilters(count), session: core.session, party: core.party))
+        ConversationManager(
+            core: Core(shared: core.shared.droppingRequestFilters(count), session: core.session, party: core.party, settings: core.settings))
     }
 
     /// Whether a conversation can send its request more than once: a filter that answers a
@@ -176,9 +205,9 @@ public struct ConversationManager: Sendable {
         while true {
             try Task.checkCancellation()
             var outgoing = request
-            for header in session.headers { outgoing.headers.set(header.name, header.value) }
-            if outgoing.tls == TLSOptions() { outgoing.tls = session.tls }
-            if outgoing.timeouts == Timeouts() { outgoing.timeouts = session.timeouts }
+            for header in core.headers { outgoing.headers.set(header.name, header.value) }
+            if outgoing.tls == TLSOptions() { outgoing.tls = core.settings.tls }
+            if outgoing.timeouts == Timeouts() { outgoing.timeouts = core.settings.timeouts }
 
             for (index, filter) in requestFilters.enumerated() {
                 let view = conversation.dropping(index + 1)
@@ -263,7 +292,7 @@ public struct ConversationManager: Sendable {
     {
         var request = request
         if propagateTraceContext { ExchangeTrace.inject(span, into: &request.headers) }
-        if let jar = session.cookieJar {
+        if let jar = core.cookieJar {
             if let cookie = try await jar.cookieHeader(for: request.url) {
                 request.headers.set("Cookie", cookie)
             } else {
@@ -276,7 +305,7 @@ public struct ConversationManager: Sendable {
         let response = try await transport.send(request)
         ExchangeTrace.received(response.status, on: span)
         for observer in observers { observer.observe(.received(status: response.status, url: request.url), conversation: conversation) }
-        if let jar = session.cookieJar {
+        if let jar = core.cookieJar {
             let setCookies = response.headers.values("Set-Cookie")
             if !setCookies.isEmpty { try await jar.store(setCookies: setCookies, from: request.url) }
         }

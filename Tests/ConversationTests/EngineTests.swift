@@ -202,6 +202,39 @@ struct FixedBasic: ChallengeFilter {
         #expect(transport.requests.allSatisfy { $0.headers["X-SMP-APPCID"] == "app-1" })
     }
 
+    /// Managers made from one template share its filters; each has its own session and party,
+    /// and its TLS options and timeouts are the template's unless its session has others.
+    @Test func managersServingPartiesShareTheTemplatesFiltersAndKeepTheirOwnSessions() async throws {
+        final class Party: ConversationParty {
+            let id: String
+            init(_ id: String) { self.id = id }
+        }
+        struct NamesTheParty: RequestFilter {
+            func prepare(_ request: inout UpstreamRequest, conversation: Conversation) async throws -> RequestDecision {
+                request.headers.set("X-Party", conversation.party?.id ?? "none")
+                return .proceed
+            }
+        }
+        let transport = FakeTransport { _ in .text(200) }
+        let destinationTLS = TLSOptions(caPEM: Array("destination CA".utf8))
+        let template = ConversationManager(
+            transport: transport, session: SessionConfiguration(tls: destinationTLS, timeouts: Timeouts(connect: .seconds(2))),
+            requestFilters: [NamesTheParty()])
+        let plain = template.serving(Party("r1"), session: SessionConfiguration(headers: ["X-SMP-APPCID": "a1"], tls: destinationTLS, timeouts: Timeouts(connect: .seconds(2))))
+        let ownTLS = TLSOptions(clientPKCS12: [1, 2, 3], caPEM: Array("destination CA".utf8))
+        let certified = template.serving(Party("r2"), session: SessionConfiguration(tls: ownTLS, timeouts: Timeouts(connect: .seconds(2))))
+        _ = try await plain.execute(UpstreamRequest(method: "GET", url: "https://up.example/a"))
+        _ = try await certified.execute(UpstreamRequest(method: "GET", url: "https://up.example/b"))
+        _ = try await template.execute(UpstreamRequest(method: "GET", url: "https://up.example/c"))
+        let sent = transport.requests
+        #expect(sent.map { $0.headers["X-Party"] } == ["r1", "r2", "none"])
+        #expect(sent.map { $0.headers["X-SMP-APPCID"] } == ["a1", nil, nil])
+        #expect(sent.map(\.tls) == [destinationTLS, ownTLS, destinationTLS])
+        #expect(sent.allSatisfy { $0.timeouts.connect == .seconds(2) })
+        #expect(certified.session.tls == ownTLS && plain.session.headers["X-SMP-APPCID"] == "a1")
+        #expect(plain.requestFilters.count == 1 && certified.droppingRequestFilters(1).requestFilters.isEmpty)
+    }
+
     @Test func peekKeepsTheWholeBody() async throws {
         var response = UpstreamResponse.text(200, "<html>SAMLRequest</html>")
         let head = try await response.peekBody(upTo: 6)
