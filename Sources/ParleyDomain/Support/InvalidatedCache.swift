@@ -19,21 +19,26 @@ public protocol CacheStatisticsSource: Sendable {
 package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>: CacheStatisticsSource {
     /// An entry, boxed: the dictionary's slots (a third to a half of them empty) then hold a
     /// reference, not a value as wide as a registration's record.
+    /// Its fields in this order (the owner's optional before the 4-byte weight) fit a boxed
+    /// reference's entry in 80 bytes of the allocator's, not 96.
     private final class Entry: Sendable {
         let value: Value
         let until: ContinuousClock.Instant
-        let bytes: Int
-        /// Whose it is, and the removal count when it was stored: a later removal of its owner
+        /// The removal count when it was stored, and whose it is: a later removal of its owner
         /// makes it stale (`removeAll(owner:)` drops it when it is next looked up, not at once).
-        let owner: UUID?
         let stored: UInt64
+        let owner: UUID?
+        /// An entry over an eighth of `maxBytes` is never stored, so its weight fits 32 bits.
+        let weight: Int32
+
+        var bytes: Int { Int(weight) }
 
         init(_ value: Value, until: ContinuousClock.Instant, bytes: Int, owner: UUID?, stored: UInt64) {
             self.value = value
             self.until = until
-            self.bytes = bytes
-            self.owner = owner
             self.stored = stored
+            self.owner = owner
+            self.weight = Int32(clamping: bytes)
         }
     }
 
@@ -166,7 +171,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
         let until = ContinuousClock.now + lifetime
         let id = owner?(value)
         let bytes = weight?(value) ?? 0
-        guard bytes <= maxBytes / 8 else { return }  // one entry never takes more than an eighth
+        guard bytes <= maxBytes / 8, bytes <= Int(Int32.max) else { return }  // one entry never takes more than an eighth
         state.withLock { state in
             guard state.enabled, state.bulkRemoval <= mark, state.removedAt[key, default: 0] <= mark,
                 id.map({ (state.ownerRemovedAt[$0]?.count ?? 0) <= mark }) ?? true
