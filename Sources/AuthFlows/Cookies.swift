@@ -347,11 +347,15 @@ public final class CookieJarIndex: Sendable {
     public init(_ cookies: [StoredCookie]) {
         self.cookies = cookies
         var seen = Set<String>()
-        paths = cookies.map(\.path).filter { seen.insert($0).inserted }
+        let distinct = cookies.map(\.path).filter { seen.insert($0).inserted }
+        // Most jars' cookies all have `Path=/`: those share one array rather than keep one each.
+        paths = distinct == Self.rootPathOnly ? Self.rootPathOnly : distinct
         firstExpiry = cookies.compactMap(\.expiresAt).min()
         let cookieBytes = cookies.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + $1.domain.utf8.count + $1.path.utf8.count + 96 }
         approximateBytes = 256 + cookieBytes * 2
     }
+
+    private static let rootPathOnly = ["/"]
 
     /// The index of a jar without cookies, shared: most registrations' jars are empty.
     public static let empty = CookieJarIndex([])
