@@ -20,6 +20,9 @@ public struct HeaderFields: Sendable, Sequence, Equatable, ExpressibleByDictiona
 
     private var fields: [Field] = []
 
+    /// How many fields there are (what a copy reserves room for).
+    public var underestimatedCount: Int { fields.count }
+
     public init() {}
 
     public init(dictionaryLiteral elements: (String, String)...) {

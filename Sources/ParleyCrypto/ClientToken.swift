@@ -6,11 +6,11 @@ public enum SecretToken {
     }
 
     public static func hash(_ token: String) -> [UInt8] {
-        SHA256.hash(Array(token.utf8))
+        SHA256.hash(token.utf8)
     }
 
     /// Constant-time check of a presented token against a stored hash.
     public static func matches(_ token: String, hash: [UInt8]) -> Bool {
-        constantTimeEquals(SHA256.hash(Array(token.utf8)), hash)
+        constantTimeEquals(SHA256.hash(token.utf8), hash)
     }
 }

@@ -34,10 +34,34 @@ public final class SHA256Hasher {
 }
 
 public enum SHA256 {
+    /// One call of libcrypto for bytes in one piece (a client token's hash on every proxied
+    /// call: no hasher object, no copy of the bytes, and the digest fetched once, where
+    /// `EVP_sha256()` has libcrypto look it up again in every `EVP_DigestInit_ex`).
     public static func hash(_ bytes: some Sequence<UInt8>) -> [UInt8] {
+        if let digest = bytes.withContiguousStorageIfAvailable({ oneShot(UnsafeRawBufferPointer($0)) }), let digest {
+            return digest
+        }
         let h = SHA256Hasher()
         h.update(bytes)
         return h.finalize()
+    }
+
+    /// Nil when libcrypto fails (out of memory) or there is nothing to hash: the hasher then does it.
+    private static func oneShot(_ data: UnsafeRawBufferPointer) -> [UInt8]? {
+        guard let base = data.baseAddress, data.count > 0, let md = Fetched.sha256.md else { return nil }
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        let ok = out.withUnsafeMutableBufferPointer { EVP_Digest(base, data.count, $0.baseAddress, &length, md, nil) }
+        return ok == 1 && length == 32 ? out : nil
+    }
+
+    /// SHA-256 fetched from libcrypto's provider once, for the life of the process. An `EVP_MD`
+    /// is immutable once fetched and may be used by any number of threads at once (OpenSSL's
+    /// `EVP_MD_fetch(3)`), hence `@unchecked Sendable`.
+    private final class Fetched: @unchecked Sendable {
+        static let sha256 = Fetched(EVP_MD_fetch(nil, "SHA256", nil))
+        let md: OpaquePointer?
+        private init(_ md: OpaquePointer?) { self.md = md }
     }
 }
 

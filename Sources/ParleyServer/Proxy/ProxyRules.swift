@@ -53,8 +53,9 @@ enum ProxyRules {
     /// Upstream headers that go back to the client: end-to-end only, never
     /// `Set-Cookie`, and never the CSRF token when Parley keeps it.
     static func returnable(_ headers: HeaderFields, csrf: Bool) -> [(name: String, value: String)] {
-        let named = connectionNamed(headers.map { ($0.name, $0.value) })
+        let named = connectionNamed(headers.lazy.map { (name: $0.name, value: $0.value) })
         var out: [(String, String)] = []
+        out.reserveCapacity(headers.underestimatedCount)
         for field in headers {
             let lower = field.name.lowercased()
             if hopByHop.contains(lower) || named.contains(lower) || lower.hasPrefix("proxy-") { continue }
@@ -70,9 +71,9 @@ enum ProxyRules {
         return out
     }
 
-    private static func connectionNamed(_ headers: [(name: String, value: String)]) -> Set<String> {
+    private static func connectionNamed(_ headers: some Sequence<(name: String, value: String)>) -> Set<String> {
         var named = Set<String>()
-        for (name, value) in headers where name.lowercased() == "connection" {
+        for (name, value) in headers where name.utf8.count == 10 && name.lowercased() == "connection" {
             for token in value.split(separator: ",") { named.insert(token.trimmingCharacters(in: .whitespaces).lowercased()) }
         }
         return named
