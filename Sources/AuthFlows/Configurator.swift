@@ -75,7 +75,8 @@ public struct ClientCertificateMaterial: Sendable, Equatable, Codable {
 }
 
 /// Builds a registration's conversation manager from its destination (the seed's
-/// CommonAuthenticationConfigurator). Filters are composed once per destination (`template`) and shared by its registrations' managers.
+/// CommonAuthenticationConfigurator). Filters are composed once per destination (`template`)
+/// and shared by its registrations' managers.
 public struct DestinationConfigurator: Sendable {
     public let transport: any Transport
     public var cookieRecords: any CookieRecords { cookies.records }
