@@ -195,8 +195,10 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     /// are stale from now on, each dropped when it is next looked up, shed or expired. A value of
     /// its read before this is never stored after it, whatever its key.
     package func removeAll(owner id: UUID) {
-        let now = ContinuousClock.now
         state.withLock { state in
+            // Read under the lock: every entry stored before this removal took its time (and its
+            // expiry) earlier, so when this removal is old enough to be forgotten, they have expired.
+            let now = ContinuousClock.now
             state.removals &+= 1
             state.ownerRemovedAt[id] = (state.removals, now)
             guard state.ownerRemovedAt.count >= state.pruneOwnersAt else { return }
