@@ -6,7 +6,7 @@ public final class SHA256Hasher {
     private let ctx: OpaquePointer
 
     public init() {
-        guard let ctx = EVP_MD_CTX_new(), EVP_DigestInit_ex(ctx, EVP_sha256(), nil) == 1 else {
+        guard let ctx = EVP_MD_CTX_new(), EVP_DigestInit_ex(ctx, SHA256.fetched ?? EVP_sha256(), nil) == 1 else {
             fatalError("libcrypto could not create a SHA-256 context")
         }
         self.ctx = ctx
@@ -35,8 +35,8 @@ public final class SHA256Hasher {
 
 public enum SHA256 {
     /// One call of libcrypto for bytes in one piece (a client token's hash on every proxied
-    /// call: no hasher object, no copy of the bytes, and the digest fetched once, where
-    /// `EVP_sha256()` has libcrypto look it up again in every `EVP_DigestInit_ex`).
+    /// call: no hasher object, no copy of the bytes). Like every hasher it uses the digest
+    /// fetched once, where `EVP_sha256()` has libcrypto look it up again in every init.
     public static func hash(_ bytes: some Sequence<UInt8>) -> [UInt8] {
         if let digest = bytes.withContiguousStorageIfAvailable({ oneShot(UnsafeRawBufferPointer($0)) }), let digest {
             return digest
@@ -48,12 +48,15 @@ public enum SHA256 {
 
     /// Nil when libcrypto fails (out of memory) or there is nothing to hash: the hasher then does it.
     private static func oneShot(_ data: UnsafeRawBufferPointer) -> [UInt8]? {
-        guard let base = data.baseAddress, data.count > 0, let md = Fetched.sha256.md else { return nil }
+        guard let base = data.baseAddress, data.count > 0, let md = fetched else { return nil }
         var out = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         let ok = out.withUnsafeMutableBufferPointer { EVP_Digest(base, data.count, $0.baseAddress, &length, md, nil) }
         return ok == 1 && length == 32 ? out : nil
     }
+
+    /// SHA-256 as fetched once (nil if libcrypto could not): the one-shot hash and every hasher use it.
+    static var fetched: OpaquePointer? { Fetched.sha256.md }
 
     /// SHA-256 fetched from libcrypto's provider once, for the life of the process. An `EVP_MD`
     /// is immutable once fetched and may be used by any number of threads at once (OpenSSL's
