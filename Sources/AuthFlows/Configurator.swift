@@ -153,11 +153,10 @@ public struct DestinationConfigurator: Sendable {
         var jar: any CookieStorage =
             cookieJar ?? RegistrationCookieJar(registrationID: registration.registrationID, source: cookies)
         if case .browser(let space?) = audience { jar = ForwardedCookieJar(jar: jar, space: space) }
-        let session = SessionConfiguration(
-            cookieJar: jar,
-            headers: headers,
-            tls: tlsOptions(for: destination, registration: registration),
-            timeouts: destination.timeouts)
+        // The template's TLS options are the destination's: only a certificate of the
+        // registration's own makes others (and a copy of the destination's CA with them).
+        let tls = registration.clientCertificate == nil ? template.session.tls : tlsOptions(for: destination, registration: registration)
+        let session = SessionConfiguration(cookieJar: jar, headers: headers, tls: tls, timeouts: destination.timeouts)
         return template.serving(RegistrationParty(registration), session: session)
     }
 
