@@ -56,7 +56,7 @@ import ParleyDomain
     /// value of its read before that is not stored after it, whatever its key.
     @Test func anOwnersEntriesGoTogetherAndNoEarlierReadComesBack() {
         let alice = UUID(), bob = UUID()
-        let cache = InvalidatedCache<String, UUID>(enabled: true, owner: { $0 })
+        let cache = InvalidatedCache<String, UUID>(enabled: true, owner: { $1 })
         for key in ["a1", "a2"] { cache.set(alice, for: key, readSince: cache.mark()) }
         cache.set(bob, for: "b1", readSince: cache.mark())
         let mark = cache.mark()
@@ -83,7 +83,7 @@ import ParleyDomain
     /// they are looked up (or shed, or expire).
     @Test func anOwnersRemovalOutlivesTheRecordOfSingleKeys() {
         let alice = UUID(), bob = UUID()
-        let cache = InvalidatedCache<Int, UUID>(capacity: 10, enabled: true, owner: { $0 }, weight: { _ in 1 })
+        let cache = InvalidatedCache<Int, UUID>(capacity: 10, enabled: true, owner: { $1 }, weight: { _ in 1 })
         cache.set(alice, for: 1, readSince: cache.mark())
         cache.set(bob, for: 2, readSince: cache.mark())
         cache.removeAll(owner: alice)
@@ -100,7 +100,7 @@ import ParleyDomain
     /// them is alive), but a read begun before one of them is still refused.
     @Test func aForgottenOwnersRemovalStillRefusesAnEarlierRead() {
         let alice = UUID()
-        let cache = InvalidatedCache<Int, UUID>(lifetime: .zero, enabled: true, owner: { $0 }, weight: { _ in 1 })
+        let cache = InvalidatedCache<Int, UUID>(lifetime: .zero, enabled: true, owner: { $1 }, weight: { _ in 1 })
         let mark = cache.mark()
         cache.removeAll(owner: alice)
         for _ in 0..<1100 { cache.removeAll(owner: UUID()) }  // the record is pruned of the old ones

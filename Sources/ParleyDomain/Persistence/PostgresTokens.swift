@@ -14,9 +14,9 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     /// request. Every write announces the key (`t:`), so every instance drops its copy; a lost
     /// signal suspends the cache. A cached token has no refresh token: only an exclusive section
     /// uses one, and it reads the row again (`PooledTokens`).
-    package let cache = InvalidatedCache<TokenKey, TokenSlot>(
-        owner: { $0.registrationID.flatMap(UUID.init(uuidString:)) },
-        weight: { 192 + ($0.token.map { $0.accessToken.utf8.count } ?? 0) }, maxBytes: Self.cacheBytes)
+    package let cache = InvalidatedCache<TokenKey, StoredToken?>(
+        owner: { key, _ in key.registrationID.flatMap(UUID.init(uuidString:)) },
+        weight: { 192 + ($0?.accessToken.utf8.count ?? 0) }, maxBytes: Self.cacheBytes)
     /// The most the cached tokens of one instance weigh (about): 128 MiB.
     package static let cacheBytes = 128 << 20
     /// Longer than a token-endpoint call may take (30 s); a dead holder's lease lapses after it.
@@ -33,12 +33,12 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
 
     /// The token a proxied call sends, without its refresh token (see `cache`).
     public func load(_ key: TokenKey) async throws -> StoredToken? {
-        if let cached = cache.value(for: key) { return cached.token }
+        if let cached = cache.value(for: key) { return cached }
         let mark = cache.mark()
         let token = try await store.withConnection {
             try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key, refreshToken: false)
         }
-        cache.set(TokenSlot(token: token, registrationID: key.registrationID), for: key, readSince: mark)
+        cache.set(token, for: key, readSince: mark)
         return token
     }
 
@@ -151,19 +151,13 @@ public struct PostgresTokens: TokenRepository, CacheStatisticsSource {
     }
 }
 
-/// A cached token lookup: the token, or none stored.
-package struct TokenSlot: Sendable {
-    package let token: StoredToken?
-    package let registrationID: String?
-}
-
 /// Token rows inside a lease: one pooled connection per statement, none held between.
 /// Reads go to the database (the section re-checks what another instance stored);
 /// each write is one transaction with its announcement.
 package struct PooledTokens: TokenAccess {
     package let store: PostgresStore
     package let keyRing: KeyRing
-    package let cache: InvalidatedCache<TokenKey, TokenSlot>
+    package let cache: InvalidatedCache<TokenKey, StoredToken?>
 
     package func load(_ key: TokenKey) async throws -> StoredToken? {
         try await store.withConnection { try await ConnectionTokens(connection: $0, keyRing: keyRing).load(key) }
@@ -209,15 +203,12 @@ package struct ConnectionTokens: TokenAccess {
         try await load(key, refreshToken: true)
     }
 
-    /// Without `refreshToken` the refresh token is neither read nor opened.
+    /// Without `refreshToken` the refresh token is not opened (nor kept).
     package func load(_ key: TokenKey, refreshToken: Bool) async throws -> StoredToken? {
-        let sql: SQL =
-            if refreshToken {
-                "SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))"
-            } else {
-                "SELECT access_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))"
-            }
-        let rows = try await connection.query(sql)
+        let rows = try await connection.query(
+            """
+            SELECT access_token_sealed, refresh_token_sealed, token_type, scopes, expires_at FROM tokens WHERE \(Self.row(key))
+            """)
         guard let row = rows.first else { return nil }
         return try Self.decode(row, key: key, keyRing: keyRing, refreshToken: refreshToken)
     }

@@ -7,9 +7,9 @@ package final class ClientTokens: Sendable {
     package static let maxTokenBytes = 512
 
     package let registrations: any RegistrationRepository
-    package let recent = InvalidatedCache<[UInt8], RegistrationRecord>(owner: { $0.id })
+    package let recent = InvalidatedCache<[UInt8], RegistrationRecord>(owner: { $1.id })
     /// Agents' registrations by (destination, user, client), for `AgentAccess`; kept current with `recent`.
-    package let agentRegistrations = InvalidatedCache<AgentKey, RegistrationRecord>(owner: { $0.id })
+    package let agentRegistrations = InvalidatedCache<AgentKey, RegistrationRecord>(owner: { $1.id })
 
     package init(registrations: any RegistrationRepository) { self.registrations = registrations }
 

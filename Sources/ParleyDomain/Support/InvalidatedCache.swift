@@ -87,15 +87,16 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     private let lifetime: Duration
     private let capacity: Int
 
-    /// Whose an entry is (a registration): `removeAll(owner:)` makes its entries stale without a scan.
-    private let owner: (@Sendable (Value) -> UUID?)?
+    /// Whose an entry is (a registration), from its key or its value: `removeAll(owner:)` makes
+    /// its entries stale without a scan.
+    private let owner: (@Sendable (Key, Value) -> UUID?)?
     /// What an entry weighs in bytes, about; with `maxBytes` the cache is bounded by memory as well
     /// as by count (a registration's cookie jar may be large).
     private let weight: (@Sendable (Value) -> Int)?
     private let maxBytes: Int
 
     package init(
-        lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false, owner: (@Sendable (Value) -> UUID?)? = nil,
+        lifetime: Duration = .seconds(60), capacity: Int = 100_000, enabled: Bool = false, owner: (@Sendable (Key, Value) -> UUID?)? = nil,
         weight: (@Sendable (Value) -> Int)? = nil, maxBytes: Int = .max
     ) {
         self.lifetime = lifetime
@@ -169,7 +170,7 @@ package final class InvalidatedCache<Key: Hashable & Sendable, Value: Sendable>:
     /// Stores `value`, read after `mark` was taken, unless its key (or everything) was removed since.
     package func set(_ value: Value, for key: Key, readSince mark: UInt64) {
         let until = ContinuousClock.now + lifetime
-        let id = owner?(value)
+        let id = owner?(key, value)
         let bytes = weight?(value) ?? 0
         guard bytes <= maxBytes / 8, bytes <= Int(Int32.max) else { return }  // one entry never takes more than an eighth
         state.withLock { state in
