@@ -9,18 +9,18 @@ import ParleyDomain
 @Suite struct ResourceLimitTests {
     @Test func inFlightTicketsAreCappedAndGivenBackOnce() throws {
         let limits = InFlightLimits(perRegistration: 2)
-        let registration = UUID()
-        let first = try limits.admit(registration)
-        var second: InFlightTicket? = try limits.admit(registration)
-        #expect(throws: Problem.self) { try limits.admit(registration) }
-        #expect(limits.count(UUID()) == 0)
+        let registration = UUID().uuidString
+        let first = try limits.admit(key: registration)
+        var second: InFlightTicket? = try limits.admit(key: registration)
+        #expect(throws: Problem.self) { try limits.admit(key: registration) }
+        #expect(limits.count(key: UUID().uuidString) == 0)
         first.release()
         first.release()  // once only
-        #expect(limits.count(registration) == 1)
+        #expect(limits.count(key: registration) == 1)
         _ = second
         second = nil  // a dropped response gives its slot back
-        #expect(limits.count(registration) == 0)
-        _ = try limits.admit(registration)
+        #expect(limits.count(key: registration) == 0)
+        _ = try limits.admit(key: registration)
     }
 
     static func chunks(_ sizes: [Int]) -> AsyncStream<ByteBuffer> {

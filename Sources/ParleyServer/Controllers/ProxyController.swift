@@ -84,7 +84,7 @@ struct ProxyAdmission: RouterMiddleware {
         }
         var context = context
         context.destination = destination
-        context.inFlight = try inFlight.admit(registration.id)
+        context.inFlight = try inFlight.admit(key: registration.idString)
         return try await next(request, context)
     }
 }

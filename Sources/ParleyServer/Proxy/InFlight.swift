@@ -30,10 +30,8 @@ final class InFlightLimits: Sendable {
     /// This instance's cap per key: its part of the cluster's.
     var perKey: Int { share?.part(of: total) ?? total }
 
-    /// A ticket for one more request, or `429` when the registration is at its cap.
-    func admit(_ registration: UUID) throws(Problem) -> InFlightTicket { try admit(key: registration.uuidString) }
-
-    /// A ticket for one more request, or `429` when `key` is at its cap.
+    /// A ticket for one more request, or `429` when `key` (a registration's `idString`, a client
+    /// address) is at its cap.
     func admit(key: String) throws(Problem) -> InFlightTicket {
         let cap = perKey
         let admitted = counts.withLock { counts -> Bool in
@@ -49,8 +47,6 @@ final class InFlightLimits: Sendable {
         }
         return InFlightTicket(limits: self, key: key)
     }
-
-    func count(_ registration: UUID) -> Int { count(key: registration.uuidString) }
 
     func count(key: String) -> Int { counts.withLock { $0[key, default: 0] } }
 
