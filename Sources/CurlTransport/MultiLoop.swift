@@ -49,6 +49,8 @@ final class MultiLoop: @unchecked Sendable {
     }
 
     private let shared = Mutex(Shared())
+    /// Callers of `submit` between counting a wake-up under the lock and making it.
+    private let wakers = Atomic<Int>(0)
 
     // Multi thread only. `multi` is written before the thread starts.
     private var multi: UnsafeMutableRawPointer?
@@ -70,25 +72,41 @@ final class MultiLoop: @unchecked Sendable {
 
     /// Queues a command and wakes the loop, starting it on the first `.add`. False once
     /// the loop is shutting down: the caller then fails the transfer itself.
+    ///
+    /// The wake-up (a write to curl's wake-up pipe) is made after the lock is given back, so that
+    /// other threads queueing meanwhile, and the loop taking its commands, do not wait behind
+    /// a system call. `wakers` keeps the multi handle alive until that write is made: it is
+    /// counted under the lock while the loop runs, and the loop frees the handle only after
+    /// it has seen the stop (under the same lock, so no later caller counts) and the count is 0.
     func submit(_ command: Command) -> Bool {
-        shared.withLock { shared in
+        enum Queued { case refused, queued, queuedToWake(UnsafeMutableRawPointer) }
+        let queued = shared.withLock { shared -> Queued in
             switch shared.phase {
             case .idle:
-                guard case .add = command else { return false }
-                guard let multi = start(&shared) else { return false }
+                guard case .add = command else { return .refused }
+                guard let multi = start(&shared) else { return .refused }
                 shared.commands.append(command)
                 curl_multi_wakeup(multi)
-                return true
+                return .queued
             case .running(_, let multi):
                 shared.commands.append(command)
-                if shared.asleep {
-                    shared.asleep = false
-                    curl_multi_wakeup(multi)
-                }
-                return true
+                guard shared.asleep else { return .queued }
+                shared.asleep = false
+                wakers.add(1, ordering: .relaxed)
+                return .queuedToWake(multi)
             case .stopping, .stopped:
-                return false
+                return .refused
             }
+        }
+        switch queued {
+        case .refused:
+            return false
+        case .queued:
+            return true
+        case .queuedToWake(let multi):
+            curl_multi_wakeup(multi)
+            wakers.subtract(1, ordering: .releasing)
+            return true
         }
     }
 
@@ -190,6 +208,8 @@ final class MultiLoop: @unchecked Sendable {
         for transfer in Array(transfers.values) {
             retire(transfer, multi: multi, error: TransportError(.cancelled, detail: "\(transfer.request.host): transport shut down"))
         }
+        // A caller that counted its wake-up before the stop is between two instructions of its own.
+        while wakers.load(ordering: .acquiring) > 0 { sched_yield() }
         curl_multi_cleanup(multi)
         self.multi = nil
     }
