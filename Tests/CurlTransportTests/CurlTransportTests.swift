@@ -671,6 +671,52 @@ struct CurlTransportTests {
         }
     }
 
+    /// Callers wake the curl thread after giving the queue's lock back; a shutdown meanwhile
+    /// must neither free the multi handle under a wake-up nor leave a caller waiting. Sixteen
+    /// callers send one request after another (the loop sleeps and is woken between them)
+    /// until the shutdown, which comes once 64 have been answered: every later one fails
+    /// `.cancelled`, nothing else, and no caller is left waiting.
+    @Test func requestsRacingAShutdownAnswerOrAreCancelled() async throws {
+        try await withRunningSimulator(logger: Fixtures.simulatorLogger) { port, _ in
+            for _ in 0..<10 {
+                let transport = Fixtures.transport()
+                let answered = AnswerCount()
+                let (enough, signal) = AsyncStream<Void>.makeStream()
+                let failures = await withTaskGroup(of: [String].self, returning: [String].self) { group in
+                    for index in 0..<16 {
+                        group.addTask {
+                            while true {
+                                do {
+                                    let response = try await transport.send(
+                                        UpstreamRequest(method: "GET", url: "http://127.0.0.1:\(port)/echo/\(index)"))
+                                    _ = try await response.body.collect(upTo: 1 << 16)
+                                    guard response.status == 200 else { return ["status \(response.status)"] }
+                                    if answered.value.add(1, ordering: .relaxed).newValue == 64 { signal.yield() }
+                                } catch let error as TransportError where error.code == .cancelled {
+                                    return []
+                                } catch {
+                                    return ["\(error)"]
+                                }
+                            }
+                        }
+                    }
+                    group.addTask {
+                        for await _ in enough { break }
+                        transport.shutdown()
+                        return []
+                    }
+                    return await group.reduce(into: []) { $0 += $1 }
+                }
+                signal.finish()
+                #expect(failures.isEmpty, "\(failures)")
+                #expect(answered.value.load(ordering: .relaxed) >= 64)
+                #expect(transport.statistics.transfersActive == 0)
+            }
+        }
+    }
+
+    final class AnswerCount: Sendable { let value = Atomic<Int>(0) }
+
     // MARK: Logs
 
     @Test func logsNameTheHostButNoSecrets() async throws {
