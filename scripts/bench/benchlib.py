@@ -82,6 +82,19 @@ def free_ports(n):
             s.close()
 
 
+def wait_for_port(port, seconds):
+    """Returns once 127.0.0.1:`port` accepts a connection (polled every 50 ms); dies after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                die(f"nothing listens on port {port} after {seconds} s")
+            time.sleep(0.05)
+
+
 # ---------------------------------------------------------------- HTTP
 
 def request(port, method, path, token=None, body=None, timeout=10.0):
